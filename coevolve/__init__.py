@@ -1,0 +1,1 @@
+"""coevolve: agents and their training data, evolving together."""

@@ -1,0 +1,12 @@
+"""``coevolve`` CLI entry point: importing the command modules registers their commands."""
+
+from __future__ import annotations
+
+from coevolve.cli.app import app
+
+# Each module adds its commands to `app` (or `bench_app`) when imported.
+from coevolve.cli import sql as _sql  # noqa: F401,E402
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,189 @@
+"""Arrow schemas of every table coevolve writes: the contract between stages.
+
+Every table is stored as hive-partitioned Parquet, ``tables/<name>/round=<r>/<part>.parquet``;
+the ``round`` column lives in the partition path, so it is *not* part of the file schemas
+below (readers add it back). JSON-valued columns are UTF-8 strings holding JSON text, so
+DuckDB can read them with ``json_extract``.
+
+Grain of each table:
+
+- ``tasks``         one task of the pool (seed or explored), partitioned by the round that created it
+- ``pool_versions`` one committed pool version
+- ``rollouts``      one step of one episode (train / eval / explore / validate)
+- ``signals``       one feedback signal mined in a round
+- ``explorations``  one step of one exploration run
+- ``candidates``    one abstracted task and its validation verdict
+- ``rounds``        the metrics of one round (stage timings, rates, counts)
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+TASKS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("task_id", pa.string()),
+        ("env", pa.string()),
+        ("split", pa.string()),  # train | heldout
+        ("origin", pa.string()),  # seed | explored
+        ("category", pa.string()),  # e.g. multi_turn_base; synthesized tasks keep their seed's
+        ("signal_type", pa.string()),  # forgetting | boundary | rare | random | null for seeds
+        ("seed_task_id", pa.string()),  # the task whose state exploration started from
+        ("turns", pa.list_(pa.string())),  # one user instruction per turn ("" = no user message)
+        ("initial_state", pa.string()),  # JSON, environment specific
+        ("tools", pa.list_(pa.string())),  # function names available to the agent
+        ("reference_actions", pa.string()),  # JSON: per turn, a list of {"name", "arguments"}
+        ("created_round", pa.int32()),
+        ("content_hash", pa.string()),
+    ]
+)
+
+POOL_VERSIONS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("version", pa.int32()),
+        ("parent", pa.int32()),
+        ("task_count", pa.int32()),
+        ("added", pa.list_(pa.string())),
+        ("removed", pa.list_(pa.string())),
+        ("manifest", pa.string()),  # store key of the JSON manifest
+        ("created_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+ROLLOUTS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("phase", pa.string()),  # train | eval | explore | validate
+        ("task_id", pa.string()),
+        ("episode_id", pa.string()),  # unique per episode within (run_id, round, phase)
+        ("sample_idx", pa.int32()),  # index within the task's group of samples
+        ("train_step", pa.int32()),  # training step (null outside training)
+        ("epoch", pa.int32()),
+        ("turn", pa.int32()),
+        ("step", pa.int32()),  # step within the turn
+        ("action_name", pa.string()),  # null when the model answered without a call
+        ("action_args", pa.string()),  # JSON
+        ("observation", pa.string()),
+        ("parse_error", pa.string()),  # null unless the model output could not be parsed
+        ("error", pa.string()),  # null unless the call failed in the environment
+        ("step_reward", pa.float64()),
+        ("episode_reward", pa.float64()),  # partial reward of the whole episode (fraction of turns passed)
+        ("success", pa.bool_()),  # episode success as the benchmark scores it
+        ("n_tokens", pa.int32()),  # generated tokens of this step
+        ("policy_version", pa.string()),
+        ("finish_reason", pa.string()),  # null | step_limit | time_limit | context_limit | error
+    ]
+)
+
+SIGNALS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("signal_id", pa.string()),
+        ("signal_type", pa.string()),  # forgetting | boundary | rare
+        ("task_id", pa.string()),  # null for rare patterns
+        ("pattern", pa.string()),  # null for task signals
+        ("score", pa.float64()),
+        ("evidence", pa.string()),  # JSON
+        ("is_new", pa.bool_()),  # false when an earlier round already explored it
+        ("rank", pa.int32()),  # rank within its type (1 = highest score)
+    ]
+)
+
+EXPLORATIONS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("signal_id", pa.string()),
+        ("signal_type", pa.string()),
+        ("context_task_id", pa.string()),
+        ("run_idx", pa.int32()),
+        ("step", pa.int32()),
+        ("action_name", pa.string()),
+        ("action_args", pa.string()),  # JSON
+        ("observation", pa.string()),
+        ("error", pa.string()),
+    ]
+)
+
+CANDIDATES = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("candidate_id", pa.string()),
+        ("signal_id", pa.string()),
+        ("signal_type", pa.string()),
+        ("context_task_id", pa.string()),
+        ("source_run", pa.int32()),
+        ("spec", pa.string()),  # JSON task spec (a row of `tasks` as JSON)
+        ("n_turns", pa.int32()),
+        ("verdict", pa.string()),  # accepted | rejected
+        ("reason", pa.string()),  # why (always set)
+        ("reward", pa.float64()),  # best partial reward of the solver attempts
+        ("success", pa.bool_()),
+        ("content_hash", pa.string()),
+    ]
+)
+
+ROUNDS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("policy_in", pa.string()),
+        ("policy_out", pa.string()),
+        ("pool_version", pa.int32()),
+        ("pool_size", pa.int32()),
+        ("n_rollouts", pa.int64()),
+        ("train_reward", pa.float64()),
+        ("train_success", pa.float64()),
+        ("signals_forgetting", pa.int32()),
+        ("signals_boundary", pa.int32()),
+        ("signals_rare", pa.int32()),
+        ("n_explorations", pa.int32()),
+        ("n_candidates", pa.int32()),
+        ("n_accepted", pa.int32()),
+        ("pass_rate", pa.float64()),
+        ("eval_score", pa.float64()),
+        ("eval_reward", pa.float64()),
+        ("t_train", pa.float64()),
+        ("t_signals", pa.float64()),
+        ("t_explore", pa.float64()),
+        ("t_abstract", pa.float64()),
+        ("t_validate", pa.float64()),
+        ("t_commit", pa.float64()),
+        ("t_evaluate", pa.float64()),
+        ("t_total", pa.float64()),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "tasks": TASKS,
+    "pool_versions": POOL_VERSIONS,
+    "rollouts": ROLLOUTS,
+    "signals": SIGNALS,
+    "explorations": EXPLORATIONS,
+    "candidates": CANDIDATES,
+    "rounds": ROUNDS,
+}
+
+
+def to_table(name: str, rows: list[dict] | pa.Table) -> pa.Table:
+    """Return ``rows`` as an Arrow table with exactly the schema of table ``name``.
+
+    Missing columns become nulls; unknown columns are an error (they would silently
+    vanish otherwise).
+    """
+    schema = TABLES[name]
+    if isinstance(rows, pa.Table):
+        extra = set(rows.column_names) - set(schema.names) - {"round"}
+        if extra:
+            raise ValueError(f"table {name!r} has no columns {sorted(extra)}")
+        cols = [
+            rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(len(rows), f.type)
+            for f in schema
+        ]
+        return pa.Table.from_arrays(cols, schema=schema)
+    for row in rows:
+        extra = set(row) - set(schema.names) - {"round"}
+        if extra:
+            raise ValueError(f"table {name!r} has no columns {sorted(extra)}")
+    return pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in rows], schema=schema)
