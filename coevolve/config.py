@@ -84,6 +84,7 @@ class PolicyConfig:
 @dataclass
 class TrainConfig:
     backend: str = _help("Trainer plug-in: 'local' (torch, CPU or one GPU) or 'verl' (Ray cluster).", "local")
+    checkpoint_dir: str = _help("Local directory of per-round Hugging Face checkpoints.", ".coevolve/checkpoints")
     sft_steps: int = _help("SFT warm-start steps on reference trajectories of the pool (0 = off).", 8)
     steps: int = _help("GRPO steps per round.", 2)
     tasks_per_step: int = _help("Tasks per GRPO step.", 2)

@@ -38,4 +38,12 @@ class Policy(Protocol):
         conversations: list[list[Message]],
         tools: list[list[dict[str, Any]]],
         sampling: SamplingParams,
-    ) -> list[Generation]: ...
+        meta: list[dict[str, Any]] | None = None,
+    ) -> list[Generation]:
+        """Next assistant message for each conversation.
+
+        ``tools[i]`` are the function schemas available to conversation ``i``; ``meta[i]``
+        says where it stands (``task_id``, ``sample_idx``, ``turn``, ``step``) for policies
+        that need it (ground-truth replay) and for logging; model policies ignore it.
+        """
+        ...
