@@ -209,6 +209,10 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return _dump(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        return _build(cls, data, "").check()
+
 
 def _key(f: dataclasses.Field) -> str:
     return f.metadata.get("key", f.name)

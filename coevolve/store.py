@@ -162,8 +162,8 @@ class Store:
 
         ``filter`` is a ``pyarrow.dataset`` expression, e.g. ``ds.field("run_id") == "x"``.
         """
-        schema = TABLES[table].append(pa.field("round", pa.int32()))
         files = [i.path for i in self._list(self.table_dir(table), recursive=True) if i.path.endswith(".parquet")]
+        schema = TABLES[table].append(pa.field("round", pa.int32()))
         if not files:
             empty = schema.empty_table()
             return empty.select(columns) if columns else empty
@@ -320,11 +320,20 @@ class Store:
             removed=list(removed),
             created_at=datetime.now(timezone.utc).isoformat(),
         )
-        self.put_json(f"pool/v{version:06d}.json", manifest.__dict__, if_absent=True)
+        try:
+            self.put_json(f"pool/v{version:06d}.json", manifest.__dict__, if_absent=True)
+        except ConcurrentCommitError:
+            if new_tasks:  # the winner's version stands; ours must leave no rows behind
+                self.delete_parts("tasks", round, part)
+            raise ConcurrentCommitError(
+                f"pool version v{version} was committed by another writer first; re-read and retry"
+            ) from None
+        # run_id and time make every pointer body (and so its ETag) unique
+        latest = {"version": version, "run_id": run_id, "at": manifest.created_at}
         if pointer:
-            self.put_json("pool/LATEST", {"version": version}, if_etag=pointer[1])
+            self.put_json("pool/LATEST", latest, if_etag=pointer[1])
         else:
-            self.put_json("pool/LATEST", {"version": version}, if_absent=True)
+            self.put_json("pool/LATEST", latest, if_absent=True)
         self.write(
             "pool_versions",
             round,

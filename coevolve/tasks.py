@@ -56,5 +56,9 @@ class Task:
         fields["tools"] = list(fields.get("tools", []))
         return cls(**fields)
 
+    @classmethod
+    def from_json(cls, text: str) -> "Task":
+        return cls.from_row(json.loads(text))
+
     def to_json(self) -> str:
         return json.dumps(self.to_row(), sort_keys=True)

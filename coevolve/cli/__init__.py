@@ -5,6 +5,7 @@ from __future__ import annotations
 from coevolve.cli.app import app
 
 # Each module adds its commands to `app` (or `bench_app`) when imported.
+from coevolve.cli import run as _run  # noqa: F401,E402
 from coevolve.cli import sql as _sql  # noqa: F401,E402
 
 

@@ -1,0 +1,162 @@
+"""``coevolve run``: run (or resume) co-evolution rounds as a Prefect flow.
+
+    coevolve run                                   # embedded default: 2 rounds, SmolLM2, BFCL-V3
+    coevolve run --config configs/tiny.yaml --rounds 2 --store /tmp/cv
+    coevolve run --set train.steps=4 --set explore.explorer=random
+
+With no PREFECT_API_URL set, Prefect starts its ephemeral API for the duration of the run;
+with one set (``prefect server start``), the run shows up in the UI.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import typer
+import yaml
+
+from coevolve.cli.app import app
+from coevolve.cli.common import console, fail
+
+
+def _parse_sets(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--set expects KEY=VALUE (e.g. train.steps=4), got {pair!r}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def preflight(config: str | None, overrides: dict):
+    """Load and check everything that can be checked before anything is written."""
+    from coevolve.config import ConfigError, load_config
+    from coevolve.registry import resolve
+    from coevolve.store import Store, StoreError
+
+    try:
+        cfg = load_config(config, overrides)
+        for kind, name in (
+            ("environment", cfg.env.name),
+            ("trainer", cfg.train.backend),
+            ("explorer", cfg.explore.explorer),
+            ("abstractor", cfg.abstract.abstractor),
+        ):
+            try:
+                resolve(kind, name)
+            except KeyError as exc:
+                raise ConfigError(f"{kind} {name!r}: {exc.args[0]}") from None
+        Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region).check_reachable()
+    except (ConfigError, StoreError) as exc:
+        fail(str(exc))
+    return cfg
+
+
+class StageStatus:
+    """A live table of stages, fed by ``coevolve.round`` listeners."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[int, str], tuple[str, str]] = {}
+        self.started: dict[tuple[int, str], float] = {}
+
+    def __call__(self, event: str, round: int, stage: str, info: dict) -> None:
+        key = (round, stage)
+        if event == "start":
+            self.started[key] = time.perf_counter()
+            self.rows[key] = ("running", "")
+        elif event == "skip":
+            self.rows[key] = ("skipped (done)", _brief(info))
+        else:
+            self.rows[key] = (f"done {info.get('seconds', 0):.1f}s", _brief(info))
+
+    def __rich__(self):
+        from rich.spinner import Spinner
+        from rich.table import Table
+
+        table = Table("round", "stage", "status", "summary", box=None, padding=(0, 1))
+        for (r, stage), (status, brief) in self.rows.items():
+            if status == "running":
+                elapsed = time.perf_counter() - self.started[(r, stage)]
+                status_cell = Spinner("dots", text=f"running {elapsed:.0f}s")
+            else:
+                status_cell = status
+            table.add_row(str(r), stage, status_cell, brief)
+        return table
+
+
+def _brief(info: dict) -> str:
+    parts = []
+    for k, v in info.items():
+        if k in ("seconds", "per_category", "checkpoint") or isinstance(v, (dict, list)):
+            continue
+        parts.append(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}")
+    return " ".join(parts)[:100]
+
+
+def summary_table(rows: list[dict]):
+    from rich.table import Table
+
+    table = Table(title="coevolve: per-round summary")
+    cols = [
+        ("round", "round"),
+        ("pool", "pool_size"),
+        ("forget", "signals_forgetting"),
+        ("bound", "signals_boundary"),
+        ("rare", "signals_rare"),
+        ("cands", "n_candidates"),
+        ("accepted", "n_accepted"),
+        ("pass", "pass_rate"),
+        ("train R", "train_reward"),
+        ("eval", "eval_score"),
+        ("eval R", "eval_reward"),
+    ]
+    timing = [("train", "t_train"), ("sig", "t_signals"), ("expl", "t_explore"), ("abs", "t_abstract"),
+              ("val", "t_validate"), ("eval", "t_evaluate"), ("total", "t_total")]
+    for head, _ in cols:
+        table.add_column(head, justify="right")
+    for head, _ in timing:
+        table.add_column(f"t {head}", justify="right", style="dim")
+    for row in rows:
+        cells = []
+        for _, key in cols + timing:
+            v = row.get(key)
+            cells.append("-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v))
+        table.add_row(*cells)
+    return table
+
+
+@app.command()
+def run(
+    config: str = typer.Option(None, "--config", "-c", help="YAML run config (default: the embedded default)."),
+    rounds: int = typer.Option(None, help="Rounds to run (overrides the config)."),
+    store: str = typer.Option(None, help="Store: local directory or s3://bucket/prefix (overrides the config)."),
+    run_name: str = typer.Option(None, help="Run name (overrides the config); same name + store = resume."),
+    set_: list[str] = typer.Option([], "--set", help="Override any field: --set train.steps=4 (repeatable)."),
+) -> None:
+    """Run, or resume, co-evolution rounds (Prefect flow); ends with a per-round summary."""
+    overrides = {"rounds": rounds, "store": store, "run_name": run_name, **_parse_sets(set_)}
+    cfg = preflight(config, overrides)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+    from rich.live import Live
+
+    from coevolve.round import add_listener
+    from flows.evolve import evolve
+
+    console.print(
+        f"[bold]coevolve[/bold] run [cyan]{cfg.run_name}[/cyan]: {cfg.rounds} round(s), "
+        f"env {cfg.env.name}, model {cfg.policy.model}, explorer {cfg.explore.explorer}, store {cfg.store}"
+    )
+    status = StageStatus()
+    remove = add_listener(status)
+    try:
+        with Live(status, console=console, refresh_per_second=4, transient=False):
+            rows = evolve(config=config, overrides={k: v for k, v in overrides.items() if v is not None})
+    finally:
+        remove()
+    console.print(summary_table(rows))
+    console.print(f"Query the results: coevolve sql --store {cfg.store} \"select * from rounds\"")

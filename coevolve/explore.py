@@ -1,0 +1,277 @@
+"""Stage 2a of a round: signal-guided exploration of the environment.
+
+For every signal of the round, one **context** says where to explore and what to look at:
+
+- the start state: the signal's task (forgetting, boundary), or a pool task in which the
+  rare pattern occurred;
+- the focus tools: those the failing or unstable episode used plus those its task needs
+  (reference calls), or the calls of the rare pattern, in order;
+- the evidence: the steps of the failed attempt, read back from the ``rollouts`` table.
+
+An explorer (registry kind ``"explorer"``: ``rule``, ``llm``, ``random``) then drives
+``runs_per_context`` independent runs of ``steps_per_run`` steps, each in a fresh episode
+of the environment, each step seeing the observations so far. Every step becomes a row
+of the ``explorations`` table (part ``<run_id>-explore`` of the round).
+
+    n = explore(store, cfg, run_id, round)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from coevolve.config import RunConfig
+from coevolve.envs.base import Observation, ToolCall
+from coevolve.registry import resolve
+from coevolve.store import Store
+from coevolve.tasks import Task
+
+
+@dataclass
+class ExploreContext:
+    """Where one signal sends the explorer."""
+
+    signal_id: str
+    signal_type: str  # forgetting | boundary | rare | random
+    task: Task  # the start state (its initial_state) and the tools available
+    focus: list[str]  # function names to focus on; for rare patterns, the pattern in order
+    evidence: list[dict[str, Any]] = field(default_factory=list)  # failed attempt: action_name/args/observation/error
+    sequence: bool = False  # True: the focus tools form a pattern to perform consecutively
+    avoid: frozenset[str] = frozenset()  # functions the explorer must not call (safety policy)
+
+
+@dataclass
+class Step:
+    """One executed (or attempted) exploration step."""
+
+    name: str | None  # None when the explorer produced no call
+    arguments: dict[str, Any]
+    observation: str
+    error: str | None
+
+
+@dataclass
+class Session:
+    """One exploration run: a fresh episode of the context's task and its history so far."""
+
+    context: ExploreContext
+    run_idx: int
+    episode: Any  # coevolve.envs.base.Episode
+    docs: dict[str, dict[str, Any]]  # function name -> BFCL function doc (parameters, description)
+    rng: random.Random
+    budget: int  # steps of this run in all
+    history: list[Step] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)  # explorer-private state (a chat, a cursor)
+
+    def execute(self, call: ToolCall | None, failure: str = "") -> Step:
+        """Run ``call`` in the episode (or record that no call was produced) and remember it."""
+        if call is None:
+            step = Step(None, {}, failure[:500], failure or "no call")
+        else:
+            try:
+                obs = self.episode.step(call)
+            except Exception as exc:  # an adapter bug must not end the round: it is a failed step
+                obs = Observation(f"error: {exc}", error=f"{type(exc).__name__}: {exc}")
+            step = Step(call.name, dict(call.arguments), obs.content, obs.error)
+        self.history.append(step)
+        return step
+
+
+class Explorer(Protocol):
+    """An explorer proposes the next call of many sessions at once (so LLM explorers batch)."""
+
+    signal_guided: bool  # False: contexts are drawn at random instead of from the signals
+
+    def propose(self, sessions: list[Session]) -> list[ToolCall | str]:
+        """One proposal per session: a call to execute, or a string saying why there is none."""
+        ...
+
+
+# ----------------------------------------------------------------------------- contexts
+def pattern_names(pattern: str) -> list[str]:
+    """Function names of a rare pattern: ``"cd>mv"`` or ``"cd(folder)>mv(destination,source)"``."""
+    names = []
+    for part in re.split(r">", pattern or ""):
+        name = part.split("(", 1)[0].strip()
+        if name:
+            names.append(name)
+    return names
+
+
+def _evidence_doc(raw: str | None) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _listed(doc: dict[str, Any], *keys: str) -> list[str]:
+    """Values of the first present key, as a list of strings (evidence may hold one or many)."""
+    for key in keys:
+        value = doc.get(key)
+        if value is None:
+            continue
+        return [str(v) for v in (value if isinstance(value, list) else [value])]
+    return []
+
+
+def _reference_names(task: Task) -> list[str]:
+    return [c.get("name", "") for turn in task.reference_actions for c in turn if isinstance(c, dict)]
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(i for i in items if i))
+
+
+def _load_evidence(store: Store, run_id: str, episode_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Steps of the given episodes (any round of this run), grouped by episode id, in order."""
+    if not episode_ids:
+        return {}
+    table = store.read(
+        "rollouts",
+        filter=(ds.field("run_id") == run_id) & pc.field("episode_id").isin(episode_ids),
+        columns=["episode_id", "turn", "step", "action_name", "action_args", "observation", "error", "parse_error"],
+    )
+    by_episode: dict[str, list[dict[str, Any]]] = {}
+    for row in sorted(table.to_pylist(), key=lambda r: (r["episode_id"], r["turn"] or 0, r["step"] or 0)):
+        by_episode.setdefault(row["episode_id"], []).append(row)
+    return by_episode
+
+
+def signal_contexts(
+    signals: list[dict[str, Any]], pool: list[Task], evidence: dict[str, list[dict[str, Any]]], avoid: frozenset[str]
+) -> list[ExploreContext]:
+    """One context per signal whose start task is in the pool (others cannot be explored).
+
+    ``signals`` are ``signals`` rows; ``evidence`` maps episode ids to their rollout steps.
+    """
+    by_id = {t.task_id: t for t in pool}
+    contexts = []
+    for sig in signals:
+        doc = _evidence_doc(sig.get("evidence"))
+        if sig.get("task_id"):
+            task = by_id.get(sig["task_id"])
+            if task is None:
+                continue
+            steps = [s for e in _listed(doc, "episode_ids", "episode_id", "failed_episode_id") for s in evidence.get(e, [])]
+            used = [s["action_name"] for s in steps if s.get("action_name")]
+            focus = _unique(used + _reference_names(task))
+            sequence = False
+        else:
+            names = pattern_names(sig.get("pattern") or "")
+            where = [by_id[t] for t in _listed(doc, "task_ids", "task_id") if t in by_id]
+            # a task where the pattern occurred, else any pool task whose tools allow it
+            where = where or [t for t in pool if names and set(names) <= set(t.tools)]
+            if not where or not names:
+                continue
+            task = where[0]
+            steps = [s for e in _listed(doc, "episode_ids", "episode_id")[:1] for s in evidence.get(e, [])]
+            focus, sequence = names, True
+        contexts.append(
+            ExploreContext(
+                signal_id=sig["signal_id"],
+                signal_type=sig["signal_type"],
+                task=task,
+                focus=[f for f in focus if f not in avoid],
+                evidence=[
+                    {k: s.get(k) for k in ("action_name", "action_args", "observation", "error", "parse_error")}
+                    for s in steps
+                ],
+                sequence=sequence,
+                avoid=avoid,
+            )
+        )
+    return contexts
+
+
+def random_contexts(n: int, pool: list[Task], rng: random.Random, avoid: frozenset[str]) -> list[ExploreContext]:
+    """``n`` contexts on uniformly drawn pool tasks with uniformly drawn tools (the ablation baseline)."""
+    contexts = []
+    for i in range(n):
+        task = rng.choice(pool)
+        tools = [t for t in task.tools if t not in avoid]
+        focus = rng.sample(tools, k=min(2, len(tools)))
+        contexts.append(ExploreContext(f"random-{i:04d}", "random", task, focus, avoid=avoid))
+    return contexts
+
+
+# ----------------------------------------------------------------------------- running
+def run_sessions(
+    explorer: Explorer, contexts: list[ExploreContext], env: Any, runs: int, steps: int, seed: int
+) -> list[Session]:
+    """Drive ``runs`` fresh episodes per context for ``steps`` steps; return the sessions."""
+    sessions = []
+    for c in contexts:
+        docs = {d["name"]: d for d in env.function_docs(c.task)}
+        for r in range(runs):
+            rng = random.Random(f"{seed}/{c.signal_id}/{r}")
+            sessions.append(Session(c, r, env.episode(c.task), docs, rng, steps))
+    for _ in range(steps):
+        proposals = explorer.propose(sessions)
+        for session, proposal in zip(sessions, proposals):
+            if isinstance(proposal, ToolCall):
+                session.execute(proposal)
+            else:
+                session.execute(None, str(proposal))
+    return sessions
+
+
+def session_rows(run_id: str, sessions: list[Session]) -> list[dict[str, Any]]:
+    """``explorations`` rows of the sessions, one per step."""
+    rows = []
+    for s in sessions:
+        for i, step in enumerate(s.history):
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "signal_id": s.context.signal_id,
+                    "signal_type": s.context.signal_type,
+                    "context_task_id": s.context.task.task_id,
+                    "run_idx": s.run_idx,
+                    "step": i,
+                    "action_name": step.name,
+                    "action_args": json.dumps(step.arguments, sort_keys=True, default=str),
+                    "observation": step.observation,
+                    "error": step.error,
+                }
+            )
+    return rows
+
+
+def make_explorer(cfg: RunConfig) -> Explorer:
+    """The explorer named by ``cfg.explore.explorer``, built from the run config."""
+    return resolve("explorer", cfg.explore.explorer)(cfg)
+
+
+def explore(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
+    """Explore from this round's signals; write ``explorations`` rows; return their count.
+
+    Reads ``signals`` (run_id, round) and the latest pool's train tasks. The ``random``
+    explorer draws as many contexts as there are signals, uniformly, ignoring them.
+    """
+    signals = store.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
+    signals.sort(key=lambda s: (s["signal_type"], s.get("rank") or 0, s["signal_id"]))
+    pool = [Task.from_row(r) for r in store.pool_tasks().to_pylist() if r["split"] == "train"]
+    explorer = make_explorer(cfg)
+    avoid = frozenset(cfg.validate_.blocked_functions)
+    if explorer.signal_guided:
+        episode_ids = [e for s in signals for e in _listed(_evidence_doc(s.get("evidence")), "episode_ids", "episode_id")]
+        contexts = signal_contexts(signals, pool, _load_evidence(store, run_id, episode_ids), avoid)
+    else:
+        rng = random.Random(f"{cfg.seed}/random-contexts/{round}")
+        contexts = random_contexts(len(signals), pool, rng, avoid) if pool else []
+    env = resolve("environment", cfg.env.name)()
+    sessions = run_sessions(explorer, contexts, env, cfg.explore.runs_per_context, cfg.explore.steps_per_run, cfg.seed)
+    rows = session_rows(run_id, sessions)
+    return store.write("explorations", round, f"{run_id}-explore", rows)
+
+
+from coevolve import explorers as _explorers  # noqa: E402,F401  (registers the built-in explorers)

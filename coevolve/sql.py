@@ -1,0 +1,67 @@
+"""DuckDB over the store: one view per table, defined in ``sql/views/<table>.sql``.
+
+    con = connect(store)                     # local directory or s3://bucket/prefix
+    con.sql("select round, count(*) from rollouts group by round").show()
+
+S3 is read through the store's own pyarrow filesystem registered with DuckDB (httpfs
+cannot be downloaded offline), so the same credentials and endpoint apply everywhere.
+SQL files that take values use DuckDB named parameters (``$run_id``); ``run_sql_file``
+runs one of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from coevolve.schemas import TABLES
+from coevolve.store import Store
+
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+
+
+def _quote(literal: str) -> str:
+    return "'" + literal.replace("'", "''") + "'"
+
+
+def connect(store: Store, memory_limit: str | None = None, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view per table over ``store`` (empty tables included)."""
+    config: dict[str, Any] = {}
+    if memory_limit:
+        config["memory_limit"] = memory_limit
+    if threads:
+        config["threads"] = threads
+    con = duckdb.connect(config=config)
+    if store.is_s3:
+        con.register_filesystem(_s3_wrapper(store))
+    for table in TABLES:
+        if _has_files(store, table):
+            source = _quote(f"{store.table_uri(table)}/*/*.parquet")
+            con.execute((SQL_DIR / "views" / f"{table}.sql").read_text().replace("{{source}}", source))
+        else:
+            empty = TABLES[table].append(pa.field("round", pa.int32())).empty_table()
+            con.register(f"_{table}_empty", empty)
+            con.execute(f"create or replace view {table} as select * from _{table}_empty")
+    return con
+
+
+def _s3_wrapper(store: Store) -> Any:
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    class S3ArrowFS(ArrowFSWrapper):
+        protocol = "s3"  # DuckDB routes s3:// paths to the filesystem with this protocol
+
+    return S3ArrowFS(store.fs)
+
+
+def _has_files(store: Store, table: str) -> bool:
+    return any(i.path.endswith(".parquet") for i in store._list(store.table_dir(table), recursive=True))
+
+
+def run_sql_file(con: duckdb.DuckDBPyConnection, relpath: str, **params: Any) -> duckdb.DuckDBPyRelation:
+    """Run ``sql/<relpath>`` with named parameters, e.g. ``run_sql_file(con, "signals/rare.sql", round=1)``."""
+    text = (SQL_DIR / relpath).read_text()
+    return con.execute(text, params)

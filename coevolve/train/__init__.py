@@ -1,0 +1,65 @@
+"""Training stage: trainers by name behind one call, ``train_round``.
+
+    result = train_round(store, cfg, run_id, round, policy_in, tasks)
+    result.checkpoint   # Hugging Face directory of the trained policy (the next round's input)
+
+Trainers (registry kind ``"trainer"``, chosen by ``cfg.train.backend``):
+
+- ``local``: SFT warm start + multi-turn GRPO with torch/transformers/peft on this machine
+  (``coevolve.train.local``);
+- ``verl``: exports the tasks, composes verl's config and launches verl's PPO trainer with
+  coevolve's agent loop on a Ray cluster of GPUs (``coevolve.train.verl_launch``).
+
+Each trainer is registered as a thin function that imports its module on first use, so
+choosing a trainer never pays for the other one's imports (``import verl`` takes seconds).
+Every trainer has the signature of ``train_round`` and returns a ``TrainResult``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from coevolve.registry import register, resolve
+
+if TYPE_CHECKING:
+    from coevolve.config import RunConfig
+    from coevolve.store import Store
+    from coevolve.tasks import Task
+
+
+@dataclass
+class TrainResult:
+    checkpoint: str  # Hugging Face directory of the trained policy (weights + tokenizer)
+    n_rollouts: int  # training episodes run (all steps of the round)
+    mean_reward: float  # mean episode partial reward over those episodes
+    success_rate: float  # share of those episodes the benchmark scored a success
+
+
+def checkpoint_path(cfg: "RunConfig", run_id: str, round: int) -> str:
+    """Where round ``round`` of run ``run_id`` saves its policy."""
+    return f"{cfg.train.checkpoint_dir.rstrip('/')}/{run_id}/round-{round}"
+
+
+def train_round(
+    store: "Store", cfg: "RunConfig", run_id: str, round: int, policy_in: str, tasks: list["Task"]
+) -> TrainResult:
+    """Train ``policy_in`` (an HF directory or model name) on ``tasks`` with the trainer
+    named by ``cfg.train.backend``; training rollouts go to the store's ``rollouts`` table
+    (phase ``train``), the trained policy to ``checkpoint_path(cfg, run_id, round)``."""
+    trainer = resolve("trainer", cfg.train.backend)
+    return trainer(store, cfg, run_id, round, policy_in, tasks)
+
+
+@register("trainer", "local")
+def local_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
+    from coevolve.train.local import train_local
+
+    return train_local(store, cfg, run_id, round, policy_in, tasks)
+
+
+@register("trainer", "verl")
+def verl_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
+    from coevolve.train.verl_launch import train_verl
+
+    return train_verl(store, cfg, run_id, round, policy_in, tasks)

@@ -1,0 +1,5 @@
+-- candidates: one row per abstracted candidate task with its validation verdict and reason.
+-- Columns: see coevolve/schemas.py CANDIDATES, plus `round` from the partition path.
+-- Parameter: {{source}} is the store's Parquet glob, filled in by coevolve.sql.connect.
+create or replace view candidates as
+select * from read_parquet({{source}}, hive_partitioning = true, hive_types = {'round': integer}, union_by_name = true)

@@ -1,0 +1,5 @@
+-- rollouts: one row per step of one episode (train / eval / explore / validate phases).
+-- Columns: see coevolve/schemas.py ROLLOUTS, plus `round` from the partition path.
+-- Parameter: {{source}} is the store's Parquet glob, filled in by coevolve.sql.connect.
+create or replace view rollouts as
+select * from read_parquet({{source}}, hive_partitioning = true, hive_types = {'round': integer}, union_by_name = true)

@@ -1,0 +1,5 @@
+-- rounds: one row per finished round: pool size, signal counts, pass rate, evaluation score, stage timings (t_*).
+-- Columns: see coevolve/schemas.py ROUNDS, plus `round` from the partition path.
+-- Parameter: {{source}} is the store's Parquet glob, filled in by coevolve.sql.connect.
+create or replace view rounds as
+select * from read_parquet({{source}}, hive_partitioning = true, hive_types = {'round': integer}, union_by_name = true)
