@@ -113,17 +113,43 @@ class TrainConfig:
 # --------------------------------------------------------------------------- signals
 @dataclass
 class SignalsConfig:
-    forget_before_min: float = _help("forgetting: success rate before must be >= this.", 0.5)
-    forget_now_max: float = _help("forgetting: success rate now must be <= this.", 0.0)
-    boundary_min_samples: int = _help("boundary: samples needed in the round.", 4)
-    boundary_reward_std: float = _help("boundary: episode-reward std that also counts as unstable.", 0.25)
-    rare_n: int = _help("rare: n-gram length of action-name patterns.", 2)
+    # which rollout rows count (rows of other runs never do)
+    phases: list[str] = _help(
+        "Rollout phases whose episodes the signals read; add 'eval' to let evaluation episodes count.",
+        factory=lambda: ["train"],
+    )
+    include_parse_errors: bool = _help("rare: let steps whose output failed to parse count in the patterns.", False)
+    # forgetting (sql/signals/forgetting.sql)
+    forget_before_min: float = _help("forgetting: success rate at the best earlier point must be >= this.", 0.5)
+    forget_now_max: float = _help("forgetting: success rate at the task's latest point (in this round) must be <= this.", 0.0)
+    # boundary (sql/signals/boundary.sql)
+    boundary_min_samples: int = _help("boundary: episodes of the task in the round needed for a verdict.", 4)
+    boundary_reward_std: float = _help(
+        "boundary: episode-reward std (population) that also counts as unstable; above 0.5 disables it for [0, 1] rewards.",
+        0.25,
+    )
+    # rare (sql/signals/rare.sql)
+    rare_n: int = _help("rare: n-gram length of action patterns (consecutive tool calls of an episode).", 2)
     rare_min_episodes: int = _help("rare: a pattern must occur in at least this many episodes.", 2)
-    rare_max_share: float = _help("rare: a pattern's share of all patterns of the round must be <= this.", 0.01)
-    rare_with_arg_keys: bool = _help("rare: patterns are name(arg keys) instead of names.", False)
-    budget_per_type: int = _help("Top-K signals kept per type.", 8)
-    include_parse_errors: bool = _help("Let parse-error steps count in the signals.", False)
-    memory_limit: str = _help("DuckDB memory limit for the signal queries.", "4GB")
+    rare_max_share: float = _help("rare: a pattern's share of all n-gram occurrences of the round must be <= this.", 0.01)
+    rare_with_arg_keys: bool = _help("rare: patterns are name(sorted argument keys) instead of names.", False)
+    evidence_limit: int = _help("rare: most task ids and episode ids kept in a pattern's evidence.", 10)
+    # output and resources
+    budget_per_type: int = _help("Top-K signals kept per type (by score; ties by task id / pattern).", 8)
+    memory_limit: str = _help("DuckDB memory limit for the signal queries (they spill beyond it).", "4GB")
+    threads: int = _help("DuckDB threads for the signal queries (0 = one per core).", 0)
+
+    def validate(self) -> None:
+        if not self.phases:
+            raise ConfigError("signals.phases must name at least one phase, e.g. ['train']")
+        if self.rare_n < 1:
+            raise ConfigError("signals.rare_n must be >= 1")
+        if self.boundary_min_samples < 2:
+            raise ConfigError("signals.boundary_min_samples must be >= 2: one sample cannot disagree with itself")
+        if not 0 <= self.rare_max_share <= 1:
+            raise ConfigError("signals.rare_max_share is a share: put it in [0, 1]")
+        if self.budget_per_type < 0 or self.evidence_limit < 1 or self.threads < 0:
+            raise ConfigError("signals.budget_per_type and signals.threads must be >= 0, signals.evidence_limit >= 1")
 
 
 # --------------------------------------------------------------------------- explore / abstract / validate

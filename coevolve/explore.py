@@ -18,6 +18,7 @@ of the ``explorations`` table (part ``<run_id>-explore`` of the round).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -79,9 +80,25 @@ class Session:
                 obs = self.episode.step(call)
             except Exception as exc:  # an adapter bug must not end the round: it is a failed step
                 obs = Observation(f"error: {exc}", error=f"{type(exc).__name__}: {exc}")
-            step = Step(call.name, dict(call.arguments), obs.content, obs.error)
+            step = Step(call.name, dict(call.arguments), obs.content, observed_error(obs))
         self.history.append(step)
         return step
+
+
+def observed_error(obs: Observation) -> str | None:
+    """The error of an observation, including the ones BFCL backends *return* instead of
+    raising (``{"error": "cd: folder: No such file or directory"}``)."""
+    if obs.error:
+        return obs.error
+    text = obs.content.strip() if isinstance(obs.content, str) else ""
+    if text.startswith("{") and '"error"' in text:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        if isinstance(doc, dict) and doc.get("error"):
+            return str(doc["error"])
+    return None
 
 
 class Explorer(Protocol):
@@ -103,6 +120,10 @@ def pattern_names(pattern: str) -> list[str]:
         if name:
             names.append(name)
     return names
+
+
+# where the signal miners put the episodes a signal was seen in
+_EPISODE_KEYS = ("failing_episode_id", "failing_episode_ids", "episode_ids", "episode_id")
 
 
 def _evidence_doc(raw: str | None) -> dict[str, Any]:
@@ -138,7 +159,7 @@ def _load_evidence(store: Store, run_id: str, episode_ids: list[str]) -> dict[st
     table = store.read(
         "rollouts",
         filter=(ds.field("run_id") == run_id) & pc.field("episode_id").isin(episode_ids),
-        columns=["episode_id", "turn", "step", "action_name", "action_args", "observation", "error", "parse_error"],
+        columns=["episode_id", "task_id", "turn", "step", "action_name", "action_args", "observation", "error", "parse_error"],
     )
     by_episode: dict[str, list[dict[str, Any]]] = {}
     for row in sorted(table.to_pylist(), key=lambda r: (r["episode_id"], r["turn"] or 0, r["step"] or 0)):
@@ -161,7 +182,7 @@ def signal_contexts(
             task = by_id.get(sig["task_id"])
             if task is None:
                 continue
-            steps = [s for e in _listed(doc, "episode_ids", "episode_id", "failed_episode_id") for s in evidence.get(e, [])]
+            steps = [s for e in _listed(doc, *_EPISODE_KEYS) for s in evidence.get(e, [])]
             used = [s["action_name"] for s in steps if s.get("action_name")]
             focus = _unique(used + _reference_names(task))
             sequence = False
@@ -173,7 +194,8 @@ def signal_contexts(
             if not where or not names:
                 continue
             task = where[0]
-            steps = [s for e in _listed(doc, "episode_ids", "episode_id")[:1] for s in evidence.get(e, [])]
+            episodes = [evidence.get(e, []) for e in _listed(doc, *_EPISODE_KEYS)]
+            steps = next((e for e in episodes if e and e[0].get("task_id") == task.task_id), [])
             focus, sequence = names, True
         contexts.append(
             ExploreContext(
@@ -204,16 +226,27 @@ def random_contexts(n: int, pool: list[Task], rng: random.Random, avoid: frozens
 
 
 # ----------------------------------------------------------------------------- running
+def start_task(task: Task) -> Task:
+    """The context task as exploration (and the tasks it yields) start from it: every tool
+    available from the first step. BFCL's miss_func entries hold some functions back until
+    a later turn (``missed_function``); a synthesized task has its own turns, so it drops that."""
+    state = {k: v for k, v in task.initial_state.items() if k != "missed_function"}
+    if "missed_function" in task.initial_state:
+        state["missed_function"] = {}
+    return dataclasses.replace(task, initial_state=state)
+
+
 def run_sessions(
     explorer: Explorer, contexts: list[ExploreContext], env: Any, runs: int, steps: int, seed: int
 ) -> list[Session]:
     """Drive ``runs`` fresh episodes per context for ``steps`` steps; return the sessions."""
     sessions = []
     for c in contexts:
-        docs = {d["name"]: d for d in env.function_docs(c.task)}
+        start = start_task(c.task)
+        docs = {d["name"]: d for d in env.function_docs(start)}
         for r in range(runs):
             rng = random.Random(f"{seed}/{c.signal_id}/{r}")
-            sessions.append(Session(c, r, env.episode(c.task), docs, rng, steps))
+            sessions.append(Session(c, r, env.episode(start), docs, rng, steps))
     for _ in range(steps):
         proposals = explorer.propose(sessions)
         for session, proposal in zip(sessions, proposals):
@@ -263,7 +296,7 @@ def explore(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
     explorer = make_explorer(cfg)
     avoid = frozenset(cfg.validate_.blocked_functions)
     if explorer.signal_guided:
-        episode_ids = [e for s in signals for e in _listed(_evidence_doc(s.get("evidence")), "episode_ids", "episode_id")]
+        episode_ids = [e for s in signals for e in _listed(_evidence_doc(s.get("evidence")), *_EPISODE_KEYS)]
         contexts = signal_contexts(signals, pool, _load_evidence(store, run_id, episode_ids), avoid)
     else:
         rng = random.Random(f"{cfg.seed}/random-contexts/{round}")

@@ -116,10 +116,19 @@ def compose_config(overrides: list[str], *, validate: bool = True) -> Any:
     with initialize_config_module("verl.trainer.config", version_base=None):
         config = compose("ppo_trainer", overrides=overrides)
     if validate:
+        import importlib.util
+
+        from omegaconf import OmegaConf
         from verl.trainer.main_ppo import need_critic, need_reference_policy
         from verl.utils.config import validate_config
 
-        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        checked = config
+        if importlib.util.find_spec("vllm") is None and config.actor_rollout_ref.model.get("lora_rank", 0) > 0:
+            # verl checks the LoRA rank against vLLM's allowed ranks by importing vLLM, which
+            # cannot be installed on CPU machines: check everything else here (the GPU image
+            # has vLLM and verl repeats the full check when it launches).
+            checked = OmegaConf.merge(config, {"actor_rollout_ref": {"model": {"lora_rank": 0}}})
+        validate_config(checked, use_reference_policy=need_reference_policy(checked), use_critic=need_critic(checked))
     return config
 
 

@@ -1,0 +1,286 @@
+"""BFCL-V3 multi-turn as a coevolve environment: safe dispatch, isolation, BFCL's own scoring.
+
+    env = BfclEnvironment()
+    task = env.load_tasks(["multi_turn_base"], limit=1)[0]
+    ep = env.episode(task)
+    for turn in range(ep.n_turns):
+        ep.user_message(turn); ep.tools(turn)
+        ep.step(ToolCall("cd", {"folder": "document"}))
+        ep.end_turn()
+    ep.score()   # EpisodeScore(success, reward, turn_passed, reason)
+
+Each episode owns two sets of backend instances built from the task's initial state: the
+agent's (driven by ``step``) and the reference's (driven by the task's reference calls, one
+turn at a time in ``end_turn``). Calls are dispatched by name to whitelisted public methods
+with keyword arguments — never ``eval`` — so unknown names, private or dunder names, bad
+arguments and backend exceptions all come back as ``Observation(error=...)``.
+
+Scoring follows ``bfcl_eval``'s ``multi_turn_checker`` turn by turn: a turn whose reference
+is non-empty needs at least one agent call, then BFCL's ``state_checker`` (public attributes
+of every instance equal) and ``response_checker`` (the reference turn's results are an
+unordered sub-multiset of all agent results so far). Success is every turn passing, as BFCL
+scores it. BFCL does not check turns whose reference is empty (it ships an irrelevance checker
+but its runner has it disabled), so they never fail an episode; for the partial reward such a
+turn passes only if the agent made no call in it (BFCL's irrelevance rule), which is the
+behaviour miss_param / miss_func turns ask for. reward = fraction of turns passed.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+import threading
+import time
+from typing import Any
+
+from coevolve.envs import bfcl_data
+from coevolve.envs.base import EpisodeScore, Observation, ToolCall
+from coevolve.registry import register
+from coevolve.tasks import Task
+
+from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC  # noqa: E402
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (  # noqa: E402
+    response_checker,
+    state_checker,
+)
+
+# Guards applied before a call reaches a backend. BFCL has none, but some backends do
+# unbounded work on absurd inputs while holding the GIL (``power`` on huge ints, ``square_root``
+# with a huge precision), where no wall-clock limit can interrupt them.
+MAX_ARGS_CHARS = 65536
+MAX_ABS_INT = 10**18
+
+
+def format_result(result: Any) -> str:
+    """A backend return value as BFCL's executor renders it (str / JSON for dicts / str())."""
+    if type(result) is str:
+        return result
+    if type(result) is dict:
+        try:
+            return json.dumps(result)
+        except Exception:
+            return str(result)
+    return str(result)
+
+
+def _check_value(value: Any, depth: int = 0) -> str | None:
+    if depth > 32:
+        return "arguments nested too deeply"
+    if isinstance(value, bool) or value is None or isinstance(value, (float, str)):
+        return None
+    if isinstance(value, int):
+        return None if abs(value) <= MAX_ABS_INT else f"integer argument out of range (|x| > {MAX_ABS_INT})"
+    if isinstance(value, (list, tuple)):
+        return next((e for e in (_check_value(v, depth + 1) for v in value) if e), None)
+    if isinstance(value, dict):
+        return next((e for e in (_check_value(v, depth + 1) for v in value.values()) if e), None)
+    return f"unsupported argument type {type(value).__name__}"
+
+
+class Dispatcher:
+    """Name -> bound public method of one episode's instances; the only way calls reach a backend."""
+
+    def __init__(self, instances: dict[str, Any]):
+        self.instances = instances
+        self._methods: dict[str, Any] = {}
+        owner = bfcl_data.method_owner(list(instances))
+        for name, class_name in owner.items():
+            self._methods[name] = getattr(instances[class_name], name)
+
+    def check(self, name: Any, arguments: Any) -> str | None:
+        """Why the call cannot be dispatched, or None."""
+        if not isinstance(name, str) or name not in self._methods:
+            shown = name if isinstance(name, str) and len(name) < 80 else f"{str(name)[:80]}..."
+            return f"unknown function {shown!r}"
+        if not isinstance(arguments, dict) or not all(isinstance(k, str) for k in arguments):
+            return "arguments must be an object of named parameters"
+        try:
+            size = len(json.dumps(arguments))
+        except (TypeError, ValueError) as exc:
+            return f"arguments are not JSON: {exc}"
+        if size > MAX_ARGS_CHARS:
+            return f"arguments too large ({size} > {MAX_ARGS_CHARS} characters)"
+        return _check_value(arguments)
+
+    def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, str | None]:
+        """Run one checked call; returns (result as BFCL renders it, error or None)."""
+        # decimal's context is per thread and MathAPI.square_root changes its precision:
+        # keep that change inside the call.
+        with decimal.localcontext():
+            try:
+                return format_result(self._methods[name](**arguments)), None
+            except Exception as exc:  # a backend failure is an observation, never a crash
+                return f"Error during execution: {exc}", f"{type(exc).__name__}: {exc}"
+
+
+def _run_with_timeout(fn: Any, args: tuple, timeout_s: float | None) -> tuple[Any, bool]:
+    """(fn(*args), timed_out). The call runs in a daemon thread so that a runaway backend
+    cannot hang the caller; a call that overruns is abandoned (its episode ends)."""
+    if not timeout_s:
+        return fn(*args), False
+    box: list[Any] = []
+    worker = threading.Thread(target=lambda: box.append(fn(*args)), daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    return (box[0], False) if box else (None, True)
+
+
+class BfclEpisode:
+    """One isolated BFCL episode: its own instances, its own reference run, its own score."""
+
+    def __init__(self, task: Task, step_timeout_s: float | None = None):
+        self.task = task
+        self.n_turns = len(task.turns)
+        if len(task.reference_actions) != self.n_turns:
+            raise ValueError(f"{task.task_id}: {self.n_turns} turns but {len(task.reference_actions)} reference turns")
+        self.step_timeout_s = step_timeout_s
+        state = task.initial_state
+        self._excluded = set(state.get("excluded_function", []))
+        self._missed_at = {int(k): list(v) for k, v in state.get("missed_function", {}).items()}
+        self._agent = Dispatcher(bfcl_data.make_instances(state))
+        self._reference: Dispatcher | None = None  # built at the first end_turn
+        self.turn = 0
+        self.calls: list[list[dict[str, Any]]] = [[] for _ in range(self.n_turns)]  # executed calls per turn
+        self.reference_results: list[list[str]] = []
+        self._agent_results: list[str] = []  # all turns so far, as BFCL's response check sees them
+        self._turn_passed: list[bool] = []
+        self._bfcl_failure: str = ""  # first failing BFCL check (the official verdict)
+        self._partial_failure: str = ""
+        self.finish_reason: str | None = None  # "time_limit" when a step overran its wall-clock budget
+
+    # ------------------------------------------------------------------ what the agent sees
+    def user_message(self, turn: int) -> str | None:
+        """The turn's user message; BFCL's fixed prompt on a turn that only adds functions."""
+        text = self.task.turns[turn]
+        if text:
+            return text
+        return DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC if self._missed_at.get(turn) else None
+
+    def _hidden(self, turn: int) -> set[str]:
+        later = {n for t, names in self._missed_at.items() if t > turn for n in names}
+        return self._excluded | later
+
+    def tools(self, turn: int) -> list[dict[str, Any]]:
+        """OpenAI-style function schemas available at ``turn`` (held-out ones appear at their turn)."""
+        hidden = self._hidden(turn)
+        return [
+            bfcl_data.to_json_schema(doc)
+            for class_name in self.task.initial_state["involved_classes"]
+            for doc in bfcl_data._class_docs(class_name)
+            if doc["name"] not in hidden
+        ]
+
+    # ------------------------------------------------------------------ acting
+    def step(self, call: ToolCall) -> Observation:
+        """Execute one agent call; every failure is an error observation, never an exception."""
+        if self.finish_reason:
+            return Observation(content=f"Error: the episode has ended ({self.finish_reason})", error=self.finish_reason)
+        if self.turn >= self.n_turns:
+            return Observation(content="Error: all turns have ended", error="episode_over")
+        name, arguments = getattr(call, "name", None), getattr(call, "arguments", None)
+        problem = self._agent.check(name, arguments)
+        record = {"name": name if isinstance(name, str) else repr(name), "arguments": arguments}
+        if problem:
+            # Recorded so the turn counts as "the model made a call", as BFCL counts any decoded call.
+            content = f"Error during execution: {problem}"
+            self._record(record, content, problem)
+            return Observation(content=content, error=problem)
+        started = time.monotonic()
+        out, timed_out = _run_with_timeout(self._agent.call, (name, arguments), self.step_timeout_s)
+        elapsed = time.monotonic() - started
+        if timed_out or (self.step_timeout_s and elapsed > self.step_timeout_s):
+            self.finish_reason = "time_limit"
+            error = f"time_limit: {name} ran {elapsed:.1f}s > {self.step_timeout_s}s"
+            self._record(record, f"Error during execution: {error}", error)
+            return Observation(content=f"Error during execution: {error}", error=error)
+        content, error = out
+        self._record(record, content, error)
+        return Observation(content=content, error=error)
+
+    def _record(self, record: dict[str, Any], content: str, error: str | None) -> None:
+        self.calls[self.turn].append({**record, "result": content, "error": error})
+        self._agent_results.append(content)
+
+    # ------------------------------------------------------------------ scoring
+    def end_turn(self) -> None:
+        """Close the current turn: run its reference calls and check it as BFCL does."""
+        if self.turn >= self.n_turns:
+            return
+        t = self.turn
+        if self._reference is None:
+            self._reference = Dispatcher(bfcl_data.make_instances(self.task.initial_state))
+        ref_results = []
+        for ref in self.task.reference_actions[t]:
+            problem = self._reference.check(ref.get("name"), ref.get("arguments", {}))
+            result = f"Error during execution: {problem}" if problem else self._reference.call(ref["name"], ref["arguments"])[0]
+            ref_results.append(result)
+        self.reference_results.append(ref_results)
+        made_calls = bool(self.calls[t])
+        if not self.task.reference_actions[t]:
+            # BFCL does not check this turn; the partial reward wants no call here.
+            passed, bfcl_ok = not made_calls, True
+            failure = "" if passed else f"turn {t}: called a function where the reference calls none"
+        elif not made_calls:
+            passed = bfcl_ok = False
+            failure = f"turn {t}: multi_turn:empty_turn_model_response (no function call)"
+        else:
+            verdict = state_checker(self._agent.instances, self._reference.instances)
+            if verdict["valid"]:
+                verdict = response_checker(self._agent_results, ref_results, t)
+            passed = bfcl_ok = verdict["valid"]
+            failure = "" if passed else f"turn {t}: {verdict['error_type']}: {verdict['error_message']}"
+        if not bfcl_ok and not self._bfcl_failure:
+            self._bfcl_failure = failure
+        if not passed and not self._partial_failure:
+            self._partial_failure = failure
+        self._turn_passed.append(passed)
+        self.turn += 1
+
+    def score(self) -> EpisodeScore:
+        """BFCL's verdict (all turns ended and passed) and the fraction of turns passed."""
+        passed = self._turn_passed + [False] * (self.n_turns - len(self._turn_passed))
+        reason = self._bfcl_failure
+        if self.finish_reason and not reason:
+            reason = f"{self.finish_reason} at turn {self.turn}"
+        elif len(self._turn_passed) < self.n_turns and not reason:
+            reason = f"episode ended at turn {len(self._turn_passed)} of {self.n_turns}"
+        success = not reason
+        return EpisodeScore(
+            success=success,
+            reward=sum(passed) / self.n_turns if self.n_turns else float(success),
+            turn_passed=passed,
+            reason=reason,
+        )
+
+
+@register("environment", "bfcl-v3")
+class BfclEnvironment:
+    """The four BFCL-V3 multi-turn categories (800 entries) and episodes over them."""
+
+    name = "bfcl-v3"
+    categories = bfcl_data.CATEGORIES
+
+    def __init__(self, step_timeout_s: float | None = None):
+        self.step_timeout_s = step_timeout_s
+
+    def load_tasks(
+        self,
+        categories: list[str] | None = None,
+        ids: list[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Task]:
+        """Tasks of ``categories`` (default: all four) or exactly ``ids``, by category then id."""
+        return bfcl_data.load_tasks(categories, ids, limit)
+
+    def episode(self, task: Task) -> BfclEpisode:
+        return BfclEpisode(task, step_timeout_s=self.step_timeout_s)
+
+    def function_docs(self, task: Task) -> list[dict[str, Any]]:
+        """BFCL's full function docs (types, enums, required) of the task's classes, minus excluded ones."""
+        excluded = set(task.initial_state.get("excluded_function", []))
+        return [
+            doc
+            for class_name in task.initial_state["involved_classes"]
+            for doc in bfcl_data.class_docs(class_name)
+            if doc["name"] not in excluded
+        ]
