@@ -98,6 +98,14 @@ class TrainConfig:
     kl_coef: float = _help("KL penalty to the round's starting policy (0 = off).", 0.0)
     grad_accum: int = _help("Micro-batches accumulated per optimizer step.", 1)
     max_seq_tokens: int = _help("Longest training sequence; longer episodes are cut from the left.", 2048)
+    sft_batch_size: int = _help("Reference trajectories per SFT warm-start step.", 4)
+    lr_scheduler: str = _help(
+        "Learning-rate schedule of the GRPO steps (a transformers.get_scheduler name: "
+        "'constant', 'constant_with_warmup', 'linear', 'cosine', ...).",
+        "constant_with_warmup",
+    )
+    warmup_steps: int = _help("Linear warm-up steps of the learning-rate schedule.", 0)
+    max_grad_norm: float = _help("Gradients are clipped to this global norm before each optimizer step.", 1.0)
     verl_overrides: list[str] = _help("Extra Hydra overrides passed to verl (backend 'verl').", factory=list)
     verl_ray_address: str = _help("Ray cluster address for 'ray job submit' (empty = run locally).", "")
     verl_gpus_per_node: int = _help("GPUs per node for verl.", 8)
@@ -108,6 +116,12 @@ class TrainConfig:
             raise ConfigError("train.steps and train.sft_steps must be >= 0")
         if self.group_size < 2 and self.steps > 0:
             raise ConfigError("train.group_size must be >= 2: GRPO normalizes rewards within a group")
+        if self.tasks_per_step < 1 or self.grad_accum < 1 or self.sft_batch_size < 1:
+            raise ConfigError("train.tasks_per_step, train.grad_accum and train.sft_batch_size must be >= 1")
+        schedules = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                     "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay")
+        if self.lr_scheduler not in schedules:
+            raise ConfigError(f"train.lr_scheduler must be one of {', '.join(schedules)}, not {self.lr_scheduler!r}")
 
 
 # --------------------------------------------------------------------------- signals
@@ -161,10 +175,15 @@ class ExploreConfig:
     base_url: str = _help("OpenAI-compatible endpoint of the 'llm' explorer.", "")
     model: str = _help("Model name for the 'llm' explorer.", "")
     api_key_env: str = _help("Environment variable holding the explorer endpoint's key.", "OPENAI_API_KEY")
+    temperature: float = _help("Sampling temperature of the 'llm' explorer (runs of a context differ by sampling).", 0.8)
+    max_new_tokens: int = _help("Generation budget of one 'llm' explorer step.", 256)
+    timeout_s: float = _help("Request timeout of the 'llm' explorer's endpoint.", 120.0)
 
     def validate(self) -> None:
         if self.explorer == "llm" and not self.base_url:
             raise ConfigError("explore.base_url is required when explore.explorer is 'llm'")
+        if self.runs_per_context < 1 or self.steps_per_run < 1:
+            raise ConfigError("explore.runs_per_context and explore.steps_per_run must be >= 1")
 
 
 @dataclass
@@ -174,10 +193,15 @@ class AbstractConfig:
     base_url: str = _help("OpenAI-compatible endpoint of the 'llm' abstractor.", "")
     model: str = _help("Model name for the 'llm' abstractor.", "")
     api_key_env: str = _help("Environment variable holding the abstractor endpoint's key.", "OPENAI_API_KEY")
+    temperature: float = _help("Sampling temperature of the 'llm' abstractor.", 0.2)
+    max_new_tokens: int = _help("Generation budget of one 'llm' abstractor answer (the JSON spec).", 768)
+    timeout_s: float = _help("Request timeout of the 'llm' abstractor's endpoint.", 120.0)
 
     def validate(self) -> None:
         if self.abstractor == "llm" and not self.base_url:
             raise ConfigError("abstract.base_url is required when abstract.abstractor is 'llm'")
+        if self.max_turns < 1:
+            raise ConfigError("abstract.max_turns must be >= 1")
 
 
 @dataclass
@@ -186,10 +210,40 @@ class ValidateConfig:
     attempts: int = _help("Solver attempts per candidate (k).", 1)
     near_duplicate_threshold: float = _help("Jaccard similarity of call sets above which a candidate is a near-duplicate.", 0.9)
     blocked_functions: list[str] = _help(
-        "Safety policy: functions a synthesized task may not call.",
-        factory=lambda: ["rm", "rmdir", "delete_message", "cancel_booking", "close_ticket", "logout"],
+        "Safety policy: functions a synthesized task may not call (default: destructive operations).",
+        factory=lambda: [
+            "rm", "rmdir", "delete_message", "cancel_booking", "cancel_order", "close_ticket",
+            "logout", "trading_logout",
+        ],
     )
-    difficulty_band: bool = _help("Drop tasks the policy always solves or never earns any reward on.", False)
+    blocked_arguments: list[str] = _help(
+        "Safety policy: 'function.argument~regex' rules ('*' = any); a reference call whose argument "
+        "(as text) matches is unsafe. Default: oversized arguments, credentials in sent or posted text.",
+        factory=lambda: [
+            r"*.*~(?s)^.{1000,}$",
+            r"send_message.message~(?i)(password|passw|secret|card number)",
+            r"post_tweet.content~(?i)(password|passw|secret)",
+            r"comment.comment_content~(?i)(password|passw|secret)",
+        ],
+    )
+    difficulty_band: bool = _help(
+        "Drop tasks the policy always solves or never earns any reward on (needs solver 'policy' and attempts >= 2).",
+        False,
+    )
+
+    def validate(self) -> None:
+        if self.solver not in ("reference", "policy", "explorer"):
+            raise ConfigError(f"validate.solver must be 'reference', 'policy' or 'explorer', not {self.solver!r}")
+        if self.attempts < 1:
+            raise ConfigError("validate.attempts must be >= 1")
+        if not 0.0 < self.near_duplicate_threshold <= 1.0:
+            raise ConfigError("validate.near_duplicate_threshold must be in (0, 1]")
+        if self.difficulty_band and (self.solver != "policy" or self.attempts < 2):
+            raise ConfigError("validate.difficulty_band needs validate.solver 'policy' and validate.attempts >= 2")
+        for rule in self.blocked_arguments:
+            target, sep, _ = rule.partition("~")
+            if not sep or "." not in target:
+                raise ConfigError(f"validate.blocked_arguments: {rule!r} must look like 'function.argument~regex'")
 
 
 @dataclass

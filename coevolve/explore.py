@@ -152,14 +152,17 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(i for i in items if i))
 
 
-def _load_evidence(store: Store, run_id: str, episode_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """Steps of the given episodes (any round of this run), grouped by episode id, in order."""
+def _load_evidence(store: Store, run_id: str, round: int, episode_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Steps of the given episodes of the round, grouped by episode id, in order (every
+    signal's evidence episodes are the round's: the failing 'now' or the pattern's)."""
     if not episode_ids:
         return {}
     table = store.read(
         "rollouts",
-        filter=(ds.field("run_id") == run_id) & pc.field("episode_id").isin(episode_ids),
-        columns=["episode_id", "task_id", "turn", "step", "action_name", "action_args", "observation", "error", "parse_error"],
+        filter=(ds.field("run_id") == run_id) & (ds.field("round") == round) & pc.field("episode_id").isin(episode_ids),
+        columns=[
+            "episode_id", "task_id", "turn", "step", "action_name", "action_args", "observation", "error", "parse_error"
+        ],
     )
     by_episode: dict[str, list[dict[str, Any]]] = {}
     for row in sorted(table.to_pylist(), key=lambda r: (r["episode_id"], r["turn"] or 0, r["step"] or 0)):
@@ -297,7 +300,7 @@ def explore(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
     avoid = frozenset(cfg.validate_.blocked_functions)
     if explorer.signal_guided:
         episode_ids = [e for s in signals for e in _listed(_evidence_doc(s.get("evidence")), *_EPISODE_KEYS)]
-        contexts = signal_contexts(signals, pool, _load_evidence(store, run_id, episode_ids), avoid)
+        contexts = signal_contexts(signals, pool, _load_evidence(store, run_id, round, episode_ids), avoid)
     else:
         rng = random.Random(f"{cfg.seed}/random-contexts/{round}")
         contexts = random_contexts(len(signals), pool, rng, avoid) if pool else []

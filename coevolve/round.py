@@ -250,7 +250,7 @@ def record_round(store: Store, cfg: RunConfig, round: int) -> dict:
         row[f"t_{stage}"] = m[stage].get("seconds")
     row["t_total"] = round_seconds(sum(m[s].get("seconds", 0.0) for s in STAGES))
     store.write("rounds", round, cfg.run_name, [row])
-    return row
+    return {"round": round, **row}
 
 
 def run_rounds(cfg: RunConfig, store: Store | None = None) -> list[dict]:

@@ -62,3 +62,48 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=60):
         yield
+
+
+# ----------------------------------------------------------------------------- explore / abstract / validate (issue 6)
+@pytest.fixture
+def signal_store(tmp_path):
+    """Factory: a local store whose pool is the given tasks, with one hand-built signal per
+    task (types cycled forgetting / boundary / rare, or as given) of run "t" at round 1,
+    and the failing (or pattern) episode of each signal in the rollouts table."""
+    counter = __import__("itertools").count()
+    return lambda tasks, signal_types=("forgetting", "boundary", "rare"): _seeded_store(
+        tmp_path / f"store{next(counter)}", tasks, signal_types
+    )
+
+
+def _seeded_store(root, tasks, signal_types=("forgetting", "boundary", "rare")):
+    """A store with a pool of ``tasks`` and one hand-built signal per task (types cycled),
+    each with a failing (or pattern) episode in the rollouts."""
+    import json as _json
+
+    from coevolve.store import Store
+
+    store = Store(str(root))
+    rows = []
+    for t in tasks:
+        t.split, t.origin, t.run_id = "train", "seed", "t"
+        rows.append(t.to_row())
+    store.commit_pool(run_id="t", round=0, new_tasks=rows, expected_parent=None)
+    signals, rollouts = [], []
+    for i, t in enumerate(tasks):
+        kind = signal_types[i % len(signal_types)]
+        calls = [c for turn in t.reference_actions for c in turn]
+        if kind == "rare":
+            ev = {"task_ids": [t.task_id], "episode_ids": [f"e{i}"], "actions": [calls[0]["name"], calls[1]["name"]]}
+            signals.append({"run_id": "t", "signal_id": f"s{i:02d}", "signal_type": kind, "pattern": f"{calls[0]['name']} > {calls[1]['name']}",
+                            "score": 1.0, "evidence": _json.dumps(ev), "is_new": True, "rank": i})
+        else:
+            signals.append({"run_id": "t", "signal_id": f"s{i:02d}", "signal_type": kind, "task_id": t.task_id,
+                            "score": 0.5, "evidence": _json.dumps({"failing_episode_id": f"e{i}"}), "is_new": True, "rank": i})
+        for step, c in enumerate(calls[:2]):
+            rollouts.append({"run_id": "t", "phase": "train", "task_id": t.task_id, "episode_id": f"e{i}", "sample_idx": 0,
+                             "turn": 0, "step": step, "action_name": c["name"], "action_args": _json.dumps(c["arguments"]),
+                             "observation": "{}", "success": False, "episode_reward": 0.0})
+    store.write("signals", 1, "t", signals)
+    store.write("rollouts", 1, "t-train", rollouts)
+    return store

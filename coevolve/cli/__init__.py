@@ -7,6 +7,9 @@ from coevolve.cli.app import app
 # Each module adds its commands to `app` (or `bench_app`) when imported.
 from coevolve.cli import run as _run  # noqa: F401,E402
 from coevolve.cli import sql as _sql  # noqa: F401,E402
+from coevolve.cli import signals as _signals  # noqa: F401,E402
+from coevolve.cli import eval as _eval  # noqa: F401,E402
+from coevolve.cli import validate as _validate  # noqa: F401,E402
 
 
 def main() -> None:

@@ -95,36 +95,36 @@ def _brief(info: dict) -> str:
     return " ".join(parts)[:100]
 
 
-def summary_table(rows: list[dict]):
+_METRICS = [
+    ("round", "round"), ("pool", "pool_size"), ("forget", "signals_forgetting"), ("bound", "signals_boundary"),
+    ("rare", "signals_rare"), ("cands", "n_candidates"), ("kept", "n_accepted"), ("pass", "pass_rate"),
+    ("trainR", "train_reward"), ("eval", "eval_score"), ("evalR", "eval_reward"),
+]
+_TIMINGS = [
+    ("round", "round"), ("train", "t_train"), ("signals", "t_signals"), ("explore", "t_explore"),
+    ("abstract", "t_abstract"), ("validate", "t_validate"), ("commit", "t_commit"),
+    ("eval", "t_evaluate"), ("total", "t_total"),
+]
+
+
+def summary_tables(rows: list[dict]):
+    """Two tables (metrics; stage seconds) that fit an 80-column terminal."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title="coevolve: per-round summary")
-    cols = [
-        ("round", "round"),
-        ("pool", "pool_size"),
-        ("forget", "signals_forgetting"),
-        ("bound", "signals_boundary"),
-        ("rare", "signals_rare"),
-        ("cands", "n_candidates"),
-        ("accepted", "n_accepted"),
-        ("pass", "pass_rate"),
-        ("train R", "train_reward"),
-        ("eval", "eval_score"),
-        ("eval R", "eval_reward"),
-    ]
-    timing = [("train", "t_train"), ("sig", "t_signals"), ("expl", "t_explore"), ("abs", "t_abstract"),
-              ("val", "t_validate"), ("eval", "t_evaluate"), ("total", "t_total")]
-    for head, _ in cols:
-        table.add_column(head, justify="right")
-    for head, _ in timing:
-        table.add_column(f"t {head}", justify="right", style="dim")
-    for row in rows:
-        cells = []
-        for _, key in cols + timing:
-            v = row.get(key)
-            cells.append("-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v))
-        table.add_row(*cells)
-    return table
+    out = []
+    for title, cols in (("per-round summary", _METRICS), ("stage timings (seconds)", _TIMINGS)):
+        table = Table(title=f"coevolve: {title}", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
+        for head, _ in cols:
+            table.add_column(head, justify="right", no_wrap=True, min_width=len(head))
+        for row in rows:
+            cells = []
+            for _, key in cols:
+                v = row.get(key)
+                cells.append("-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v))
+            table.add_row(*cells)
+        out.append(table)
+    return out
 
 
 @app.command()
@@ -141,6 +141,8 @@ def run(
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
     from rich.live import Live
 
@@ -158,5 +160,6 @@ def run(
             rows = evolve(config=config, overrides={k: v for k, v in overrides.items() if v is not None})
     finally:
         remove()
-    console.print(summary_table(rows))
+    for table in summary_tables(rows):
+        console.print(table)
     console.print(f"Query the results: coevolve sql --store {cfg.store} \"select * from rounds\"")

@@ -27,28 +27,41 @@ behaviour miss_param / miss_func turns ask for. reward = fraction of turns passe
 
 from __future__ import annotations
 
+import copy
 import decimal
 import json
 import threading
 import time
 from typing import Any
 
+import mpmath
+
+# bfcl_data first: it points BFCL_PROJECT_ROOT away from site-packages before bfcl_eval loads.
 from coevolve.envs import bfcl_data
 from coevolve.envs.base import EpisodeScore, Observation, ToolCall
 from coevolve.registry import register
 from coevolve.tasks import Task
 
-from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC  # noqa: E402
-from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (  # noqa: E402
+from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (
     response_checker,
     state_checker,
 )
 
 # Guards applied before a call reaches a backend. BFCL has none, but some backends do
 # unbounded work on absurd inputs while holding the GIL (``power`` on huge ints, ``square_root``
-# with a huge precision), where no wall-clock limit can interrupt them.
+# with a huge precision), where no wall-clock limit can interrupt them. The ground truth's
+# largest integer is 987654 and its largest precision 10, far inside these bounds.
 MAX_ARGS_CHARS = 65536
 MAX_ABS_INT = 10**18
+ARG_LIMITS: dict[tuple[str, str], float] = {
+    ("power", "exponent"): 10_000,
+    ("logarithm", "precision"): 10_000,
+    ("square_root", "precision"): 10_000,
+}
+# MathAPI.logarithm sets mpmath's process-wide precision before computing; calls into MathAPI
+# are serialized and mpmath's precision restored, so parallel episodes cannot race on it.
+_MPMATH_LOCK = threading.Lock()
 
 
 def format_result(result: Any) -> str:
@@ -86,6 +99,12 @@ class Dispatcher:
         owner = bfcl_data.method_owner(list(instances))
         for name, class_name in owner.items():
             self._methods[name] = getattr(instances[class_name], name)
+        self._math = {name for name, class_name in owner.items() if class_name == "MathAPI"}
+        self._defaults = {
+            name: bfcl_data.mutable_defaults(class_name)[name]
+            for name, class_name in owner.items()
+            if name in bfcl_data.mutable_defaults(class_name)
+        }
 
     def check(self, name: Any, arguments: Any) -> str | None:
         """Why the call cannot be dispatched, or None."""
@@ -100,17 +119,34 @@ class Dispatcher:
             return f"arguments are not JSON: {exc}"
         if size > MAX_ARGS_CHARS:
             return f"arguments too large ({size} > {MAX_ARGS_CHARS} characters)"
+        for key, value in arguments.items():
+            limit = ARG_LIMITS.get((name, key))
+            if limit is not None and isinstance(value, (int, float)) and not abs(value) <= limit:
+                return f"argument {key}={value!r} out of range (|{key}| <= {limit:g})"
         return _check_value(arguments)
 
     def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, str | None]:
         """Run one checked call; returns (result as BFCL renders it, error or None)."""
         # decimal's context is per thread and MathAPI.square_root changes its precision:
-        # keep that change inside the call.
+        # keep that change inside the call. mpmath's precision is process-wide (see above).
         with decimal.localcontext():
-            try:
-                return format_result(self._methods[name](**arguments)), None
-            except Exception as exc:  # a backend failure is an observation, never a crash
-                return f"Error during execution: {exc}", f"{type(exc).__name__}: {exc}"
+            if name not in self._math:
+                return self._invoke(name, arguments)
+            with _MPMATH_LOCK, mpmath.workprec(mpmath.mp.prec):
+                return self._invoke(name, arguments)
+
+    def _invoke(self, name: str, arguments: dict[str, Any]) -> tuple[str, str | None]:
+        # Backends keep argument objects in their state: give them copies, so that neither the
+        # caller's dicts (a task's reference calls, a logged action) nor shared defaults change.
+        kwargs = {k: copy.deepcopy(v) for k, v in self._defaults.get(name, {}).items() if k not in arguments}
+        try:
+            kwargs.update(copy.deepcopy(arguments))
+            result = self._methods[name](**kwargs)
+            # Backends report domain failures as {"error": ...}; surface them in the error field too.
+            failed = type(result) is dict and "error" in result
+            return format_result(result), (str(result["error"]) if failed else None)
+        except Exception as exc:  # a backend failure is an observation, never a crash
+            return f"Error during execution: {exc}", f"{type(exc).__name__}: {exc}"
 
 
 def _run_with_timeout(fn: Any, args: tuple, timeout_s: float | None) -> tuple[Any, bool]:
@@ -145,7 +181,6 @@ class BfclEpisode:
         self._agent_results: list[str] = []  # all turns so far, as BFCL's response check sees them
         self._turn_passed: list[bool] = []
         self._bfcl_failure: str = ""  # first failing BFCL check (the official verdict)
-        self._partial_failure: str = ""
         self.finish_reason: str | None = None  # "time_limit" when a step overran its wall-clock budget
 
     # ------------------------------------------------------------------ what the agent sees
@@ -216,23 +251,19 @@ class BfclEpisode:
             ref_results.append(result)
         self.reference_results.append(ref_results)
         made_calls = bool(self.calls[t])
+        failure = ""  # why BFCL fails this turn
         if not self.task.reference_actions[t]:
             # BFCL does not check this turn; the partial reward wants no call here.
-            passed, bfcl_ok = not made_calls, True
-            failure = "" if passed else f"turn {t}: called a function where the reference calls none"
+            passed = not made_calls
         elif not made_calls:
-            passed = bfcl_ok = False
-            failure = f"turn {t}: multi_turn:empty_turn_model_response (no function call)"
+            passed, failure = False, f"turn {t}: multi_turn:empty_turn_model_response (no function call)"
         else:
             verdict = state_checker(self._agent.instances, self._reference.instances)
             if verdict["valid"]:
                 verdict = response_checker(self._agent_results, ref_results, t)
-            passed = bfcl_ok = verdict["valid"]
+            passed = verdict["valid"]
             failure = "" if passed else f"turn {t}: {verdict['error_type']}: {verdict['error_message']}"
-        if not bfcl_ok and not self._bfcl_failure:
-            self._bfcl_failure = failure
-        if not passed and not self._partial_failure:
-            self._partial_failure = failure
+        self._bfcl_failure = self._bfcl_failure or failure
         self._turn_passed.append(passed)
         self.turn += 1
 

@@ -95,6 +95,22 @@ def public_methods(class_name: str) -> dict[str, inspect.Signature]:
 
 
 @lru_cache(maxsize=None)
+def mutable_defaults(class_name: str) -> dict[str, dict[str, Any]]:
+    """Method -> {parameter: default} for defaults that are lists, dicts or sets.
+
+    Some backends keep such defaults inside their state (``TwitterAPI.post_tweet(mentions=[])``
+    stores the list in the tweet and ``mention`` later extends it), which would leak state
+    from one episode into every later one; the dispatcher passes a fresh copy instead.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for name, sig in public_methods(class_name).items():
+        found = {p.name: copy.deepcopy(p.default) for p in sig.parameters.values() if isinstance(p.default, (list, dict, set))}
+        if found:
+            out[name] = found
+    return out
+
+
+@lru_cache(maxsize=None)
 def _class_docs(class_name: str) -> tuple[dict[str, Any], ...]:
     return tuple(_read_jsonl(data_dir() / "multi_turn_func_doc" / CLASSES[class_name][1]))
 
@@ -122,11 +138,9 @@ def to_json_schema(doc: dict[str, Any]) -> dict[str, Any]:
 
     def convert(node: Any) -> Any:
         if isinstance(node, dict):
-            out = {k: convert(v) for k, v in node.items() if k != "response"}
-            if isinstance(node.get("type"), str):
+            out = {k: convert(v) for k, v in node.items()}
+            if isinstance(node.get("type"), str):  # a schema node (a property map's values are dicts)
                 out["type"] = _JSON_TYPES.get(node["type"], "string")
-            if "properties" in node and isinstance(node["properties"], dict):
-                out["properties"] = {k: convert(v) for k, v in node["properties"].items()}
             return out
         if isinstance(node, list):
             return [convert(v) for v in node]

@@ -77,6 +77,13 @@ def fits(value: Any, type_name: str) -> bool:
     return isinstance(value, types)
 
 
+def fits_param(value: Any, p: Param) -> bool:
+    """Type (and, for arrays, item type) of ``value`` match the parameter."""
+    if not fits(value, p.type):
+        return False
+    return not isinstance(value, list) or all(fits(v, p.item_type) for v in value)
+
+
 def _kind_hint(param: str) -> str | None:
     """File-system parameters want names of the right kind of node."""
     p = param.lower()
@@ -93,6 +100,7 @@ class ValueBank:
     def __init__(self) -> None:
         self.by_key: dict[str, list[Any]] = defaultdict(list)
         self.names: dict[str, list[str]] = {"file": [], "dir": []}
+        self.recent: list[Any] = []  # scalars of the latest successful observation (e.g. a listing)
 
     def add(self, key: str, value: Any) -> None:
         values = self.by_key[key]
@@ -122,9 +130,26 @@ class ValueBank:
 
     def harvest_text(self, text: str) -> None:
         try:
-            self.harvest(json.loads(text))
+            obj = json.loads(text)
         except (json.JSONDecodeError, TypeError):
-            pass
+            return
+        self.harvest(obj)
+        self.recent = list(_scalars(obj))[:_MAX_PER_KEY]
+
+
+def _scalars(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _scalars(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _scalars(v)
+    elif isinstance(obj, (str, int, float)):
+        yield obj
+
+
+def _key(call: Any) -> str:
+    return json.dumps([call.name, call.arguments], sort_keys=True, default=str)
 
 
 def _tokens(name: str) -> set[str]:
@@ -158,10 +183,15 @@ class RuleExplorer:
         tools = mem["tools"]
         if not tools:
             return "no callable tools in this context"
-        name = self._choose_function(s)
-        if isinstance(name, ToolCall):
-            return name
-        return ToolCall(name, self.fill(s, name))
+        choice = self._choose_function(s)
+        call = choice if isinstance(choice, ToolCall) else ToolCall(choice, self.fill(s, choice))
+        # never send a call that already failed as it is: other values, else another function
+        for attempt in range(6):
+            if _key(call) not in mem["failed"]:
+                break
+            name = call.name if attempt < 4 else s.rng.choice(tools)
+            call = ToolCall(name, self.fill(s, name))
+        return call
 
     # ------------------------------------------------------------------ state
     def _start(self, s: Session) -> None:
@@ -185,6 +215,7 @@ class RuleExplorer:
                     refs[("", k)].append(v)
         mem["bank"], mem["refs"] = bank, refs
         mem["bad"] = defaultdict(list)
+        mem["failed"] = set()
         mem["tools"] = [t for t in s.docs if t not in ctx.avoid and (not ctx.task.tools or t in ctx.task.tools)]
         mem["reference"] = [
             c
@@ -208,6 +239,7 @@ class RuleExplorer:
             if pattern and mem["pattern_cursor"] < len(pattern) and last.name == pattern[mem["pattern_cursor"]]:
                 mem["pattern_cursor"] += 1
         elif last.name is not None:
+            mem["failed"].add(_key(last))
             for k, v in last.arguments.items():
                 mem["bad"][(last.name, k)].append(v)
             if s.rng.random() < self.p_retry:
@@ -256,15 +288,19 @@ class RuleExplorer:
         tiers = [
             list(mem["refs"].get((fname, p.name), [])),
             list(p.enum) + bank.by_key.get(p.name, [])[::-1],
-            (bank.names[hint][::-1] if hint else []) + list(mem["refs"].get(("", p.name), [])) + similar,
+            # names of the right kind, those just listed first (they exist where we are now)
+            [v for v in bank.recent if hint and v in bank.names[hint]]
+            + (bank.names[hint][::-1] if hint else [])
+            + list(mem["refs"].get(("", p.name), []))
+            + similar,
         ]
         for tier in tiers:
-            options = [v for v in tier if fits(v, p.type) and v not in bad]
+            options = [v for v in tier if fits_param(v, p) and v not in bad]
             if options and rng.random() < 0.75:
                 # newest values first: prefer the head, but keep some spread
                 return options[min(int(rng.expovariate(0.7)), len(options) - 1)]
-        anywhere = [v for vs in bank.by_key.values() for v in vs if fits(v, p.type) and v not in bad]
-        if anywhere and rng.random() < 0.5:
+        anywhere = [v for vs in bank.by_key.values() for v in vs if fits_param(v, p) and v not in bad]
+        if anywhere and rng.random() < 0.3:
             return rng.choice(anywhere)
         return self._fresh(p, hint, rng)
 

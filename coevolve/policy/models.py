@@ -20,7 +20,7 @@ from typing import Callable
 
 # Bump a suffix when the recipe changes, so stale caches are rebuilt instead of reused.
 TINY_DIR = "tiny-qwen2-v1"
-SMOLLM2_DIR = "smollm2-135m-instruct-v1"
+SMOLLM2_DIR = "smollm2-135m-instruct-v2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # ChatML with Hermes/Qwen-style tools: the template Qwen2.5 uses, trimmed to what coevolve sends.
@@ -96,6 +96,7 @@ def _build_cached(name: str, build: Callable[[Path], None]) -> str:
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
         build(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared by every process of the user
         try:
             os.replace(tmp, target)
         except OSError:
@@ -172,7 +173,7 @@ def smollm2_gguf() -> Path:
 
 
 def _build_smollm2(out: Path) -> None:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     gguf = smollm2_gguf()
     pkg_dir, fname = str(gguf.parent), gguf.name
@@ -184,9 +185,20 @@ def _build_smollm2(out: Path) -> None:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(loaded.state_dict(), strict=False)
+    result = model.load_state_dict(loaded.state_dict(), strict=False)
+    missing = set(result.missing_keys) - {"lm_head.weight"}  # tied to the embeddings
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"GGUF weights do not fit the config: missing {sorted(missing)[:5]}, "
+                           f"unexpected {sorted(result.unexpected_keys)[:5]}")
     model.tie_weights()
-    model.generation_config = loaded.generation_config
+    # The GGUF metadata names <|im_start|> as eos; the chat template ends turns with <|im_end|>.
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.pad_token = "<|endoftext|>"
+    tokenizer.model_max_length = config.max_position_embeddings
+    ids = tokenizer.convert_tokens_to_ids
+    model.generation_config = GenerationConfig(
+        eos_token_id=[ids("<|im_end|>"), ids("<|endoftext|>")], pad_token_id=ids("<|endoftext|>")
+    )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 

@@ -24,6 +24,7 @@ with steps as (
     select phase, episode_id, task_id, success, episode_reward
     from rollouts
     where run_id = $run_id and round = $round and list_contains($phases, phase)
+        and task_id is not null  -- a signal must name a task to explore from
 ),
 
 episodes as (

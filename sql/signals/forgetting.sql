@@ -16,14 +16,15 @@
 -- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]),
 --             $before_min (double), $now_max (double).
 --
--- Columns: task_id, score (= rate_before - rate_now, rounded to 12 digits), before_rate, before_n, before_round,
---          before_epoch, before_step, now_rate, now_n, now_epoch, now_step,
---          failing_episode_id (smallest episode_id of a non-successful episode now).
+-- Columns: task_id, score (= rate_before - rate_now, rounded to 12 digits), before_rate,
+--          before_n, before_round, before_epoch, before_step, now_rate, now_n, now_epoch,
+--          now_step, failing_episode_id (smallest episode_id of a non-successful episode now).
 
 with steps as (
     select round, phase, episode_id, task_id, epoch, train_step, success
     from rollouts
     where run_id = $run_id and round <= $round and list_contains($phases, phase)
+        and task_id is not null  -- a signal must name a task to explore from
 ),
 
 episodes as (

@@ -60,7 +60,7 @@ counts as (
 
 rare as (
     select pattern, n_occurrences, n_episodes, n_occurrences / total as share, total
-    from (select *, sum(n_occurrences) over () as total from counts)
+    from (select *, (sum(n_occurrences) over ())::bigint as total from counts)
     where n_episodes >= $min_episodes and n_occurrences / total <= $max_share
 ),
 
@@ -79,7 +79,7 @@ final as (
         pattern,
         round(total / n_occurrences, 12) as score,
         n_occurrences, n_episodes, share, total,
-        list_transform(string_split(pattern, ' > '), t -> split_part(t, '(', 1)) as actions,
+        list_transform(string_split(pattern, ' > '), lambda t: split_part(t, '(', 1)) as actions,
         task_ids, episode_ids
     from rare
     join evidence using (pattern)

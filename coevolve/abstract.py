@@ -1,0 +1,304 @@
+"""Stage 2c of a round: abstract exploration runs into candidate task specs.
+
+The steps of one run (one ``(signal_id, run_idx)`` group of the ``explorations`` table)
+become one ``Task``: instruction turns, the start state the run explored from, and the
+reference calls per turn. An abstractor (registry kind ``"abstractor"``) writes the turns:
+
+- ``template``: no LLM; one sentence per successful call, from the function doc's
+  description and the call's arguments; the calls are split into 1..``max_turns`` turns;
+- ``llm``: an OpenAI-compatible model returns the turns and calls as JSON, checked against
+  a schema (``coevolve.abstractors.llm``).
+
+Every run yields a ``candidates`` row (part ``<run_id>-candidates``): pending (verdict
+NULL) with its spec, or already ``rejected`` with the reason (a useless run, malformed LLM
+output). ``coevolve.validate`` decides the rest.
+
+    n = abstract(store, cfg, run_id, round)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow.dataset as ds
+
+from coevolve.config import RunConfig
+from coevolve.explore import start_task
+from coevolve.registry import register, resolve
+from coevolve.store import Store
+from coevolve.tasks import Task
+
+Call = dict[str, Any]  # {"name": str, "arguments": dict}
+
+
+@dataclass
+class Run:
+    """The explored steps of one run, with the task it started from."""
+
+    signal_id: str
+    signal_type: str
+    run_idx: int
+    seed: Task  # the context task, as exploration started from it (see explore.start_task)
+    steps: list[dict[str, Any]]  # explorations rows of the run, in step order
+    docs: dict[str, dict[str, Any]]  # function name -> BFCL function doc
+
+    def successful_calls(self) -> list[Call]:
+        """The calls that ran without error, consecutive repeats dropped: failed calls leave
+        the state unchanged, so the rest replays the same from the start state."""
+        calls: list[Call] = []
+        for s in self.steps:
+            if s["action_name"] is None or s["error"] is not None:
+                continue
+            call = {"name": s["action_name"], "arguments": json.loads(s["action_args"] or "{}")}
+            if not calls or calls[-1] != call:
+                calls.append(call)
+        return calls
+
+
+class Abstractor(Protocol):
+    def abstract(self, runs: list[Run]) -> list[tuple[list[str], list[list[Call]]] | str]:
+        """Per run: ``(turns, reference calls per turn)``, or the reason it yields no task."""
+        ...
+
+
+def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: str, round: int) -> Task:
+    """The candidate task of ``run``: the seed's state, env and category, the new turns."""
+    seed = run.seed
+    task = dataclasses.replace(
+        seed,
+        task_id="",
+        turns=list(turns),
+        reference_actions=reference,
+        split="train",
+        origin="explored",
+        signal_type=run.signal_type,
+        seed_task_id=seed.task_id,
+        created_round=round,
+        run_id=run_id,
+    )
+    # ids name the seed and the round; the content hash keeps them unique
+    task.task_id = f"{seed.task_id.split('~')[0]}~x{round}.{task.content_hash[:10]}"
+    return task
+
+
+# ----------------------------------------------------------------------------- template
+def describe(doc: dict[str, Any]) -> str:
+    """The function's own one-sentence description (BFCL prefixes the class blurb)."""
+    text = doc.get("description", "") or doc.get("name", "")
+    text = text.split("Tool description:", 1)[-1].strip()
+    sentence = text.split(". ")[0].strip().rstrip(".")
+    return sentence or doc.get("name", "call the function")
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else f"'{value}'"
+
+
+def call_sentence(call: Call, doc: dict[str, Any]) -> str:
+    """"Change the current working directory to the specified folder, with folder set to 'document'." """
+    args = call.get("arguments") or {}
+    text = describe(doc) if doc else call["name"]
+    if args:
+        text += ", with " + " and ".join(f"{k} set to {_show(v)}" for k, v in args.items())
+    return text + "."
+
+
+def split_turns(calls: list[Call], max_turns: int) -> list[list[Call]]:
+    """Contiguous, as-even-as-possible turns (earlier turns take the remainder)."""
+    n = max(1, min(max_turns, len(calls)))
+    size, extra = divmod(len(calls), n)
+    out, i = [], 0
+    for t in range(n):
+        k = size + (1 if t < extra else 0)
+        out.append(calls[i : i + k])
+        i += k
+    return out
+
+
+def _join(sentences: list[str]) -> str:
+    rest = [s[:1].lower() + s[1:] for s in sentences[1:]]
+    return " Then ".join([sentences[0], *rest])
+
+
+@register("abstractor", "template")
+class TemplateAbstractor:
+    """Instructions from the function docs and the arguments of the successful calls."""
+
+    def __init__(self, cfg: RunConfig | None = None) -> None:
+        self.max_turns = cfg.abstract.max_turns if cfg else 3
+
+    def abstract(self, runs: list[Run]) -> list[tuple[list[str], list[list[Call]]] | str]:
+        out: list[tuple[list[str], list[list[Call]]] | str] = []
+        for run in runs:
+            calls = run.successful_calls()
+            if not calls:
+                out.append("useless run: no call succeeded")
+                continue
+            reference = split_turns(calls, self.max_turns)
+            turns = [_join([call_sentence(c, run.docs.get(c["name"], {})) for c in turn]) for turn in reference]
+            out.append((turns, reference))
+        return out
+
+
+# ----------------------------------------------------------------------------- llm
+LLM_SYSTEM = (
+    "You write training tasks for a tool-calling assistant. Given a log of function calls that "
+    "succeeded in an environment, write a realistic user task that these calls accomplish. "
+    "Reply with one JSON object and nothing else:\n"
+    '{"turns": [{"instruction": "<what the user asks in this turn>", '
+    '"calls": [{"name": "<function>", "arguments": {...}}]}]}\n'
+    "Use {max_turns} turns at most. Use only calls from the log, in their order, with their "
+    "exact arguments. Each instruction must state every value its calls need."
+)
+
+
+def _json_object(text: str) -> Any:
+    """The first JSON object in ``text`` (code fences and chatter around it allowed)."""
+    start = text.find("{")
+    if start < 0:
+        raise ValueError("no JSON object in the output")
+    obj, _ = json.JSONDecoder().raw_decode(text[start:])
+    return obj
+
+
+def check_spec(obj: Any, docs: dict[str, dict[str, Any]], max_turns: int) -> tuple[list[str], list[list[Call]]]:
+    """``(turns, reference)`` from an LLM's JSON answer, or ``ValueError`` saying what is wrong."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("turns"), list):
+        raise ValueError("'turns' must be a list")
+    if not 1 <= len(obj["turns"]) <= max_turns:
+        raise ValueError(f"needs 1 to {max_turns} turns, got {len(obj['turns'])}")
+    turns, reference = [], []
+    for i, turn in enumerate(obj["turns"]):
+        if not isinstance(turn, dict):
+            raise ValueError(f"turn {i} must be an object")
+        text, calls = turn.get("instruction"), turn.get("calls")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"turn {i} needs a non-empty 'instruction'")
+        if not isinstance(calls, list) or not calls:
+            raise ValueError(f"turn {i} needs a non-empty list of 'calls'")
+        for call in calls:
+            name = call.get("name") if isinstance(call, dict) else call
+            if name not in docs:
+                raise ValueError(f"turn {i}: unknown function {str(name)[:60]!r}")
+            if not isinstance(call.get("arguments", {}), dict):
+                raise ValueError(f"turn {i}: arguments of {call['name']} must be an object")
+        turns.append(text.strip())
+        reference.append([{"name": c["name"], "arguments": c.get("arguments", {})} for c in calls])
+    return turns, reference
+
+
+def log_prompt(run: Run, calls: list[Call]) -> str:
+    lines = [f"Functions: {', '.join(sorted({c['name'] for c in calls}))}"]
+    for c in sorted({c["name"] for c in calls}):
+        lines.append(f"- {c}: {describe(run.docs.get(c, {}))}")
+    lines.append("Log of successful calls, in order (call -> result):")
+    results = [s["observation"] for s in run.steps if s["action_name"] is not None and s["error"] is None]
+    for i, c in enumerate(calls):
+        result = results[i] if i < len(results) else ""
+        lines.append(f"{i + 1}. {c['name']}({json.dumps(c['arguments'])}) -> {str(result)[:200]}")
+    return "\n".join(lines)
+
+
+@register("abstractor", "llm")
+class LLMAbstractor:
+    """An OpenAI-compatible model writes the turns; its JSON is checked against a schema."""
+
+    def __init__(self, cfg: RunConfig, policy: Any = None) -> None:
+        from coevolve.explorers.llm import endpoint_policy
+        from coevolve.policy.base import SamplingParams
+
+        self.max_turns = cfg.abstract.max_turns
+        self.policy = policy if policy is not None else endpoint_policy(cfg, cfg.abstract)
+        self.sampling = SamplingParams(
+            temperature=cfg.abstract.temperature, max_new_tokens=cfg.abstract.max_new_tokens, seed=cfg.seed
+        )
+
+    def abstract(self, runs: list[Run]) -> list[tuple[list[str], list[list[Call]]] | str]:
+        out: list[Any] = [None] * len(runs)
+        asked: list[int] = []
+        conversations = []
+        for i, run in enumerate(runs):
+            calls = run.successful_calls()
+            if not calls:
+                out[i] = "useless run: no call succeeded"
+                continue
+            asked.append(i)
+            system = LLM_SYSTEM.replace("{max_turns}", str(self.max_turns))
+            conversations.append(
+                [{"role": "system", "content": system}, {"role": "user", "content": log_prompt(run, calls)}]
+            )
+        if not asked:
+            return out
+        meta = [{"task_id": runs[i].seed.task_id, "sample_idx": runs[i].run_idx, "turn": 0, "step": 0} for i in asked]
+        try:
+            gens = self.policy.chat(conversations, [[] for _ in asked], self.sampling, meta)
+            texts = [g.text for g in gens]
+        except Exception as exc:  # the endpoint failed: these runs are rejected, the round goes on
+            texts = [exc] * len(asked)
+        for i, text in zip(asked, texts):
+            if isinstance(text, Exception):
+                out[i] = f"llm abstractor: endpoint error: {type(text).__name__}: {str(text)[:200]}"
+                continue
+            try:
+                out[i] = check_spec(_json_object(text), runs[i].docs, self.max_turns)
+            except (ValueError, RecursionError) as exc:
+                out[i] = f"llm abstractor: malformed output: {exc}; output began {json.dumps(text[:120])}"
+        return out
+
+
+# ----------------------------------------------------------------------------- the stage
+def load_runs(store: Store, cfg: RunConfig, run_id: str, round: int) -> list[Run]:
+    """This round's exploration runs, grouped per (signal_id, run_idx), with their seed tasks."""
+    rows = store.read("explorations", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["signal_id"], r["run_idx"]), []).append(r)
+    pool = {r["task_id"]: Task.from_row(r) for r in store.pool_tasks().to_pylist()}
+    env = resolve("environment", cfg.env.name)()
+    docs_cache: dict[str, dict[str, dict[str, Any]]] = {}
+    runs = []
+    for (signal_id, run_idx), steps in sorted(groups.items()):
+        steps.sort(key=lambda r: r["step"])
+        seed = pool.get(steps[0]["context_task_id"])
+        if seed is None:  # the pool moved on without it: nothing to start from
+            continue
+        seed = start_task(seed)
+        if seed.task_id not in docs_cache:
+            docs_cache[seed.task_id] = {d["name"]: d for d in env.function_docs(seed)}
+        runs.append(Run(signal_id, steps[0]["signal_type"], run_idx, seed, steps, docs_cache[seed.task_id]))
+    return runs
+
+
+def candidate_row(run: Run, run_id: str, round: int, result: Task | str) -> dict[str, Any]:
+    """A ``candidates`` row: pending with a spec, or rejected with the reason."""
+    row = {
+        "run_id": run_id,
+        "candidate_id": f"{run_id}-r{round}-{run.signal_id}-{run.run_idx}",
+        "signal_id": run.signal_id,
+        "signal_type": run.signal_type,
+        "context_task_id": run.seed.task_id,
+        "source_run": run.run_idx,
+    }
+    if isinstance(result, Task):
+        row.update(spec=result.to_json(), n_turns=len(result.turns), content_hash=result.content_hash)
+    else:
+        row.update(spec=json.dumps({"error": result}), n_turns=0, verdict="rejected", reason=result)
+    return row
+
+
+def abstract(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
+    """Turn this round's explorations into ``candidates`` rows; return the row count."""
+    runs = load_runs(store, cfg, run_id, round)
+    abstractor = resolve("abstractor", cfg.abstract.abstractor)(cfg)
+    rows = []
+    for run, result in zip(runs, abstractor.abstract(runs)):
+        if isinstance(result, tuple):
+            turns, reference = result
+            result = make_task(run, turns, reference, run_id, round)
+        rows.append(candidate_row(run, run_id, round, result))
+    return store.write("candidates", round, f"{run_id}-candidates", rows)
+
+

@@ -1,0 +1,132 @@
+"""``coevolve eval`` (accuracy of a policy per benchmark category) and ``coevolve bench env``.
+
+    coevolve eval --env bfcl-v3 --replay-ground-truth           # env + scorer faithfulness: 200/200 x4
+    coevolve eval --category multi_turn_base --limit 20 --model smollm2
+    coevolve eval --ids multi_turn_base_3 --ids multi_turn_miss_func_7 --config run.yaml
+    coevolve bench env                                          # time to replay + score all 800 entries
+
+Rollouts go to table ``rollouts`` (phase=eval) of the store (``--store``, else the config's).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import typer
+
+from coevolve.cli.app import app, bench_app
+from coevolve.cli.common import console, fail
+
+
+def _load(config: Optional[str], overrides: dict):
+    from coevolve.config import ConfigError, load_config
+
+    try:
+        return load_config(config, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def _select(env, categories: list[str], ids: list[str], limit: Optional[int]):
+    """Tasks by ids, or the first ``limit`` of each category (all categories by default)."""
+    try:
+        if ids:
+            return env.load_tasks(ids=ids)
+        cats = categories or list(getattr(env, "categories", [])) or [None]
+        return [t for c in cats for t in env.load_tasks(categories=[c] if c else None, limit=limit)]
+    except KeyError as exc:
+        fail(str(exc.args[0]))
+
+
+def _table(title: str, per_category: dict, seconds: float):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("category", "correct", "accuracy", "partial reward"):
+        table.add_column(col, justify="left" if col == "category" else "right")
+    n = correct = reward = 0.0
+    for cat, row in per_category.items():
+        table.add_row(cat, f"{row['correct']}/{row['n']}", f"{100 * row['accuracy']:.1f}%", f"{row['reward']:.3f}")
+        n, correct, reward = n + row["n"], correct + row["correct"], reward + row["reward"] * row["n"]
+    if n:
+        table.add_row("all", f"{int(correct)}/{int(n)}", f"{100 * correct / n:.1f}%", f"{reward / n:.3f}", style="bold")
+    table.caption = f"{int(n)} episodes in {seconds:.2f}s"
+    return table
+
+
+@app.command("eval")
+def eval_command(
+    env_name: str = typer.Option("bfcl-v3", "--env", help="Environment plug-in."),
+    category: list[str] = typer.Option([], "--category", help="Category to evaluate (repeatable; default all)."),
+    ids: list[str] = typer.Option([], "--ids", help="Exact task ids (repeatable; overrides --category/--limit)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="First N tasks of each category."),
+    replay_ground_truth: bool = typer.Option(
+        False, "--replay-ground-truth", help="Replay the reference calls instead of a model (checks env + scorer)."
+    ),
+    store: Optional[str] = typer.Option(None, "--store", help="Store URI (default: the config's)."),
+    config: Optional[str] = typer.Option(None, "--config", help="Run config YAML."),
+    model: Optional[str] = typer.Option(None, "--model", help="Policy model (overrides policy.model)."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="run_id of the rollouts rows (default: run_name)."),
+    round_: int = typer.Option(0, "--round", help="Partition the rollouts rows are written to."),
+    no_store: bool = typer.Option(False, "--no-store", help="Do not write rollouts."),
+) -> None:
+    """Evaluate a policy (or the ground truth) and print accuracy per category in BFCL's terms."""
+    from coevolve.evaluate import evaluate
+    from coevolve.registry import resolve
+    from coevolve.store import Store, StoreError
+
+    cfg = _load(config, {"env.name": env_name, "policy.model": model, "store": store})
+    try:
+        env = resolve("environment", cfg.env.name)()
+    except KeyError as exc:
+        fail(str(exc.args[0]))
+    tasks = _select(env, category, ids, limit)
+    if not tasks:
+        fail("no tasks selected")
+    if replay_ground_truth:
+        from coevolve.policy.replay import ReplayPolicy
+
+        policy = ReplayPolicy(tasks)
+    else:
+        from coevolve.policy import load_policy
+
+        policy = load_policy(cfg.policy)
+    out = None
+    if not no_store:
+        try:
+            out = Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region)
+            out.check_reachable()
+        except StoreError as exc:
+            fail(str(exc))
+    result = evaluate(out, cfg, run_id or cfg.run_name, round_, policy, tasks, env=env)
+    who = "ground truth (replayed)" if replay_ground_truth else f"{cfg.policy.backend}:{getattr(policy, 'version', cfg.policy.model)}"
+    console.print(_table(f"{cfg.env.name} eval: {who}", result.per_category, result.seconds))
+    if out is not None:
+        console.print(f"{result.n_rows} rollouts rows -> {out.table_uri('rollouts')} (round={round_}, part {run_id or cfg.run_name}-eval)")
+
+
+@bench_app.command("env")
+def bench_env(
+    env_name: str = typer.Option("bfcl-v3", "--env", help="Environment plug-in."),
+    category: list[str] = typer.Option([], "--category", help="Categories (repeatable; default all)."),
+    engine: bool = typer.Option(True, "--engine/--no-engine", help="Also time the full pipeline (policy + rollout engine)."),
+) -> None:
+    """Time replaying and scoring every entry's ground truth: env only, then through the engine."""
+    from coevolve.config import RunConfig
+    from coevolve.evaluate import evaluate, replay_reference, summarize
+    from coevolve.policy.replay import ReplayPolicy
+    from coevolve.registry import resolve
+
+    env = resolve("environment", env_name)()
+    t0 = time.perf_counter()
+    tasks = _select(env, category, [], None)
+    t_load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    scores = replay_reference(env, tasks)
+    t_env = time.perf_counter() - t0
+    console.print(f"loaded {len(tasks)} tasks in {t_load:.2f}s")
+    console.print(_table(f"{env_name}: reference replay, env only", summarize(tasks, scores)[2], t_env))
+    if engine:
+        result = evaluate(None, RunConfig(), "bench", 0, ReplayPolicy(tasks), tasks, env=env)
+        console.print(_table(f"{env_name}: reference replay, policy + rollout engine", result.per_category, result.seconds))

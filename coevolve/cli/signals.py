@@ -1,0 +1,133 @@
+"""``coevolve signals`` and ``coevolve bench signals``: the feedback signals of a round.
+
+    coevolve signals --store .coevolve/store --round 2            # print (mine if not stored yet)
+    coevolve signals --round 2 --run myrun --mine --set rare_n=1   # re-mine with other thresholds
+    coevolve bench signals --rows 10000000                          # SQL vs the pandas reference
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from enum import Enum
+
+import typer
+import yaml
+
+from coevolve.cli.app import app, bench_app
+from coevolve.cli.common import console, fail, open_store_or_fail
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def _signals_config(config: str | None, sets: list[str]):
+    from coevolve.config import ConfigError, load_config
+
+    overrides = {}
+    for pair in sets:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--set expects KEY=VALUE of the signals section (e.g. rare_n=1), got {pair!r}")
+        overrides[f"signals.{key}"] = yaml.safe_load(value)
+    try:
+        return load_config(config, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+# one line of evidence per signal type, for people (``--format json`` has all of it)
+_SUMMARY = {
+    "forgetting": lambda e: (
+        f"{e['before_rate']:.2f} (n={e['before_n']}, round {e['before_round']} step {e['before_step']}) -> "
+        f"{e['now_rate']:.2f} (n={e['now_n']}); fails in {e['failing_episode_id']}"
+    ),
+    "boundary": lambda e: (
+        f"rate {e['rate'] if e['rate'] is None else round(e['rate'], 2)} (n={e['n']}), "
+        f"reward var {e['reward_var'] if e['reward_var'] is None else round(e['reward_var'], 3)}; "
+        f"fails in {e['failing_episode_id']}"
+    ),
+    "rare": lambda e: (
+        f"{e['n_occurrences']}x in {e['n_episodes']} episodes ({e['share']:.2%}); tasks {', '.join(e['task_ids'][:3])}"
+    ),
+}
+
+
+@app.command()
+def signals(
+    round: int = typer.Option(..., "--round", "-r", help="The round whose signals to show."),
+    store: str = typer.Option(".coevolve/store", "--store", "-s", help="Local directory or s3://bucket/prefix."),
+    run: str = typer.Option("", "--run", help="Run name (default: the config's run_name, 'default')."),
+    config: str = typer.Option(None, "--config", "-c", help="Run config YAML; its `signals` section sets the thresholds."),
+    sets: list[str] = typer.Option([], "--set", help="Override a signals threshold, KEY=VALUE (repeatable)."),
+    mine: bool = typer.Option(False, "--mine", help="Mine again from the rollouts and rewrite the round's signals."),
+    format: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="table (for people) or json."),
+) -> None:
+    """Print the signals of a round: the stored ones, or mined now if the round has none."""
+    import pyarrow.dataset as ds
+
+    from coevolve.signals import mine_signals
+
+    cfg = _signals_config(config, sets)
+    run_id = run or cfg.run_name
+    st = open_store_or_fail(store, cfg.s3.endpoint_url, cfg.s3.region)
+    table = st.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round))
+    if mine or table.num_rows == 0:
+        table = mine_signals(st, cfg.signals, run_id, round)
+        console.print(f"mined from the rollouts of run {run_id!r} round {round} and written to the store", style="dim")
+    rows = table.drop_columns(["round"]).to_pylist() if "round" in table.column_names else table.to_pylist()
+    order = {"forgetting": 0, "boundary": 1, "rare": 2}
+    rows.sort(key=lambda r: (order.get(r["signal_type"], 3), r["rank"]))
+    if format is OutputFormat.json:
+        print(json.dumps(rows))
+        return
+    from rich.table import Table
+
+    out = Table("type", "#", "task / pattern", "score", "new", "evidence")
+    for r in rows:
+        ev = json.loads(r["evidence"])
+        try:
+            summary = _SUMMARY[r["signal_type"]](ev)
+        except (KeyError, TypeError):  # edited queries may return other evidence columns
+            summary = json.dumps(ev)
+        out.add_row(
+            r["signal_type"], str(r["rank"]), r["task_id"] or r["pattern"], f"{r['score']:.4g}",
+            "yes" if r["is_new"] else "no", summary,
+        )
+    console.print(out)
+    counts = {t: sum(r["signal_type"] == t for r in rows) for t in order}
+    console.print(f"run {run_id!r} round {round}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
+
+
+@bench_app.command("signals")
+def bench_signals(
+    rows: int = typer.Option(10_000_000, "--rows", "-n", help="Step rows of the synthetic rollout log."),
+    store: str = typer.Option("", "--store", help="Local directory to write the log into (default: a temporary one)."),
+    rounds: int = typer.Option(4, help="Rounds in the log; the signals are mined for the last."),
+    threads: int = typer.Option(0, help="DuckDB threads (0 = one per core)."),
+    memory_limit: str = typer.Option("4GB", help="DuckDB memory limit."),
+    pandas_max_rows: int = typer.Option(30_000_000, help="Skip the pandas reference above this many rows."),
+    keep: bool = typer.Option(False, help="Keep the generated log (a temporary store is deleted otherwise)."),
+) -> None:
+    """Time the three signal queries against a vectorized pandas reference on a synthetic log."""
+    from coevolve.config import SignalsConfig
+    from coevolve.signals_bench import bench
+
+    directory = store or tempfile.mkdtemp(prefix="coevolve-bench-signals-")
+    try:
+        result = bench(
+            rows,
+            directory,
+            rounds=rounds,
+            cfg=SignalsConfig(threads=threads, memory_limit=memory_limit),
+            pandas_max_rows=pandas_max_rows,
+            echo=typer.echo,
+        )
+    finally:
+        if not store and not keep:
+            shutil.rmtree(directory, ignore_errors=True)
+    if result["identical"] is False:
+        raise typer.Exit(1)

@@ -1,0 +1,158 @@
+"""``coevolve bench validate``: how fast candidate validation is, on BFCL.
+
+    coevolve bench validate                                  # 1,000 candidates vs a pool of 10,000
+    coevolve bench validate --set validate.solver=policy --set policy.model=tiny --solver-tasks 8
+
+It builds a pool of ``--pool`` BFCL tasks (every contiguous window of turns of the 800
+multi-turn entries, then renamed copies until the size is reached) and ``--candidates``
+candidates the way a round makes them (rule explorer + template abstractor from BFCL
+entries of all four categories), plus planted duplicates and unsafe tasks. It times the
+mechanical pass (spec decoding, safety rules, exact and near-duplicate removal against the
+pool, replay and scoring in fresh environments), then the configured solver's attempts per
+second on ``--solver-tasks`` of the candidates that passed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+
+import typer
+import yaml
+
+from coevolve.cli.app import bench_app
+from coevolve.cli.common import console, fail
+
+
+def _pool_rows(env, size: int) -> list[dict]:
+    tasks = env.load_tasks()
+    rows: list[dict] = []
+    copy = 0
+    while len(rows) < size:
+        for t in tasks:
+            for i in range(len(t.turns)):
+                for j in range(i + 1, len(t.turns) + 1):
+                    turns = [f"{s} (variant {copy})" if copy else s for s in t.turns[i:j]]
+                    w = dataclasses.replace(
+                        t, task_id=f"{t.task_id}[{i}:{j}]#{copy}", turns=turns,
+                        reference_actions=t.reference_actions[i:j], split="train",
+                    )
+                    rows.append(w.to_row())
+                    if len(rows) == size:
+                        return rows
+        copy += 1
+    return rows
+
+
+def _candidates(env, cfg, n: int, pool_rows: list[dict]) -> list[dict]:
+    from coevolve.abstract import Run, TemplateAbstractor, candidate_row, make_task
+    from coevolve.explore import ExploreContext, run_sessions, session_rows, start_task
+    from coevolve.explorers.rule import RuleExplorer
+    from coevolve.tasks import Task
+
+    tasks = env.load_tasks()
+    runs = cfg.explore.runs_per_context
+    n_ctx = -(-n // runs)
+    contexts = []
+    for i in range(n_ctx):
+        t = tasks[(i * 7) % len(tasks)]
+        focus = list(dict.fromkeys(c["name"] for turn in t.reference_actions for c in turn))
+        kind = ("forgetting", "boundary", "rare")[i % 3]
+        contexts.append(ExploreContext(f"b{i:05d}", kind, t, focus[:3], sequence=kind == "rare",
+                                       avoid=frozenset(cfg.validate_.blocked_functions)))
+    sessions = run_sessions(RuleExplorer(cfg), contexts, env, runs, cfg.explore.steps_per_run, cfg.seed)
+    rows = session_rows("bench", sessions)
+    by_run: dict = {}
+    for r in rows:
+        by_run.setdefault((r["signal_id"], r["run_idx"]), []).append(r)
+    docs = {}
+    run_objs = []
+    for s in sessions:
+        start = start_task(s.context.task)
+        docs.setdefault(start.task_id, {d["name"]: d for d in env.function_docs(start)})
+        run_objs.append(Run(s.context.signal_id, s.context.signal_type, s.run_idx, start,
+                            by_run[(s.context.signal_id, s.run_idx)], docs[start.task_id]))
+    out = []
+    for run, result in zip(run_objs, TemplateAbstractor(cfg).abstract(run_objs)):
+        if isinstance(result, tuple):
+            result = make_task(run, *result, "bench", 1)
+        out.append(candidate_row(run, "bench", 1, result))
+    out = out[:n]
+    # plant known rejections: 5% copies of pool tasks, 5% destructive calls
+    for k in range(0, len(out), 20):
+        planted = Task.from_row(pool_rows[(k * 37) % len(pool_rows)])
+        out[k] = {**out[k], "spec": planted.to_json(), "verdict": None, "reason": None}
+    for k in range(10, len(out), 20):
+        t = Task.from_row(pool_rows[(k * 11) % len(pool_rows)])
+        t.reference_actions[0] = t.reference_actions[0] + [{"name": "rm", "arguments": {"file_name": "x"}}]
+        out[k] = {**out[k], "spec": t.to_json(), "verdict": None, "reason": None}
+    return out
+
+
+def _say(text: str) -> None:
+    console.print(text, soft_wrap=True, highlight=False)
+
+
+@bench_app.command("validate")
+def bench_validate(
+    candidates: int = typer.Option(1000, "--candidates", "-n", help="Candidates to validate."),
+    pool: int = typer.Option(10_000, "--pool", help="Tasks in the pool they are deduplicated against."),
+    solver_tasks: int = typer.Option(16, help="Candidates the configured solver attempts, for its rate."),
+    config: str = typer.Option(None, "--config", "-c", help="Run config YAML (its validate/policy sections apply)."),
+    sets: list[str] = typer.Option([], "--set", help="Override a config key, KEY=VALUE (e.g. validate.solver=policy)."),
+) -> None:
+    """Time the mechanical validation pass on BFCL candidates, and the solver's attempts/s."""
+    from coevolve.config import ConfigError, load_config
+    from coevolve.envs.bfcl import BfclEnvironment
+    from coevolve.registry import resolve
+    from coevolve.tasks import Task
+    from coevolve.validate import pool_index, reason_kind, replay, validate_rows
+
+    overrides = {}
+    for pair in sets:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            fail(f"--set expects KEY=VALUE, got {pair!r}")
+        overrides[key] = yaml.safe_load(value)
+    try:
+        cfg = load_config(config, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+    env = BfclEnvironment()
+    t0 = time.perf_counter()
+    pool_rows = _pool_rows(env, pool)
+    cands = _candidates(env, cfg, candidates, pool_rows)
+    t_setup = time.perf_counter() - t0
+    _say(f"setup: pool of {len(pool_rows):,} tasks, {len(cands):,} candidates built in {t_setup:.1f} s")
+
+    t0 = time.perf_counter()
+    pool_index(pool_rows, cfg.validate_.near_duplicate_threshold)
+    t_index = time.perf_counter() - t0
+    reference = resolve("solver", "reference")(cfg, None, "bench", 1, None)
+    t0 = time.perf_counter()
+    judged = validate_rows(cands, pool_rows, env, cfg, reference)
+    t_mech = time.perf_counter() - t0
+    verdicts = Counter(r["verdict"] for r in judged)
+    reasons = Counter(reason_kind(r["reason"]) for r in judged if r["verdict"] == "rejected")
+    _say(
+        f"mechanical pass: {len(cands):,} candidates vs {len(pool_rows):,} pool tasks in {t_mech:.2f} s "
+        f"({1000 * t_mech / max(1, len(cands)):.2f} ms per candidate; pool index {t_index:.2f} s of it) "
+        f"[{'OK' if t_mech < 10 else 'SLOW'}: goal < 10 s]"
+    )
+    _say(f"verdicts: {dict(verdicts)}; rejections: {dict(reasons.most_common())}")
+
+    passed = [Task.from_json(r["spec"]) for r in judged if r["verdict"] == "accepted"][:solver_tasks]
+    if not passed:
+        return
+    solver = resolve("solver", cfg.validate_.solver)(cfg, None, "bench", 1, None)
+    t0 = time.perf_counter()  # the first pass is part of every solver's cost (the whole cost of 'reference')
+    attempts = solver(passed, [replay(env, t)[1] for t in passed])
+    dt = time.perf_counter() - t0
+    n = sum(len(a.rewards) for a in attempts)
+    solved = sum(any(a.successes) for a in attempts)
+    mean_best = sum(max(a.rewards, default=0.0) for a in attempts) / len(passed)
+    _say(
+        f"solver {cfg.validate_.solver!r}: {n} attempts on {len(passed)} tasks in {dt:.2f} s "
+        f"= {n / dt:.1f} attempts/s; solved {solved}/{len(passed)}, mean best reward {mean_best:.2f}"
+    )

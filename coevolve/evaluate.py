@@ -1,0 +1,132 @@
+"""Evaluation: run a policy on held-out tasks, log the rollouts, report accuracy per category.
+
+    result = evaluate(store, cfg, run_id, round, policy, tasks)
+    result.score          # episodes that succeed as the benchmark scores them, over all tasks
+    result.reward         # mean partial reward (fraction of turns passed)
+    result.per_category   # {"multi_turn_base": {"n", "correct", "accuracy", "reward"}, ...}
+
+Episodes run through the rollout engine with ``phase="eval"`` (one sample per task, the
+evaluation temperature); their step rows are written to part ``<run_id>-eval`` of table
+``rollouts`` in partition ``round``, replacing an earlier evaluation of the same round.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from coevolve.config import RunConfig
+from coevolve.envs.base import EpisodeScore, ToolCall
+from coevolve.policy.base import Policy, SamplingParams
+from coevolve.registry import resolve
+from coevolve.store import Store
+from coevolve.tasks import Task
+
+
+@dataclass
+class EvalResult:
+    score: float  # success rate over all episodes, in [0, 1]
+    reward: float  # mean partial reward over all episodes, in [0, 1]
+    per_category: dict[str, dict[str, Any]] = field(default_factory=dict)  # n, correct, accuracy, reward
+    n_episodes: int = 0
+    n_rows: int = 0  # rollouts rows written
+    seconds: float = 0.0
+    failures: dict[str, str] = field(default_factory=dict)  # task_id -> first failing check
+
+
+def eval_tasks(cfg: RunConfig, env: Any = None) -> list[Task]:
+    """The held-out tasks ``cfg`` selects when the caller has none: ``cfg.eval.categories``,
+    at most ``cfg.env.heldout_limit`` per category."""
+    env = env or resolve("environment", cfg.env.name)()
+    return [t for c in cfg.eval.categories for t in env.load_tasks(categories=[c], limit=cfg.env.heldout_limit)]
+
+
+def summarize(tasks: list[Task], scores: dict[str, Any]) -> tuple[float, float, dict[str, dict[str, Any]]]:
+    """(score, reward, per_category) from ``scores[task_id] -> EpisodeScore`` of one sample each."""
+    per: dict[str, dict[str, Any]] = {}
+    for t in tasks:
+        s = scores[t.task_id]
+        row = per.setdefault(t.category or "uncategorized", {"n": 0, "correct": 0, "reward_sum": 0.0})
+        row["n"] += 1
+        row["correct"] += int(bool(s.success))
+        row["reward_sum"] += float(s.reward)
+    for row in per.values():
+        row["accuracy"] = row["correct"] / row["n"]
+        row["reward"] = row.pop("reward_sum") / row["n"]
+    n = sum(r["n"] for r in per.values())
+    score = sum(r["correct"] for r in per.values()) / n if n else 0.0
+    reward = sum(r["reward"] * r["n"] for r in per.values()) / n if n else 0.0
+    return score, reward, per
+
+
+def replay_reference(env: Any, tasks: list[Task]) -> dict[str, EpisodeScore]:
+    """Drive each task's episode with its own reference calls, without a policy or the rollout
+    engine, and score it: the environment-only half of ``--replay-ground-truth``."""
+    scores = {}
+    for task in tasks:
+        ep = env.episode(task)
+        for turn, calls in enumerate(task.reference_actions):
+            ep.user_message(turn)
+            ep.tools(turn)
+            for c in calls:
+                ep.step(ToolCall(c["name"], c.get("arguments", {})))
+            ep.end_turn()
+        scores[task.task_id] = ep.score()
+    return scores
+
+
+def evaluate(
+    store: Store | None,
+    cfg: RunConfig,
+    run_id: str,
+    round: int,
+    policy: Policy,
+    tasks: list[Task] | None = None,
+    *,
+    env: Any = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> EvalResult:
+    """Run ``policy`` once on each of ``tasks`` (default: ``eval_tasks(cfg)``) with phase "eval".
+
+    Writes the step rows to ``store`` (table rollouts, partition ``round``, part
+    ``<run_id>-eval``) unless ``store`` is None; returns an ``EvalResult``.
+    """
+    from coevolve.rollout import run_episodes
+
+    env = env or resolve("environment", cfg.env.name)()
+    tasks = eval_tasks(cfg, env) if tasks is None else list(tasks)
+    started = time.perf_counter()
+    results = run_episodes(
+        policy,
+        env,
+        tasks,
+        n_samples=1,
+        sampling=SamplingParams(
+            temperature=cfg.eval.temperature,
+            top_p=cfg.policy.top_p if cfg.eval.temperature > 0 else 1.0,
+            max_new_tokens=cfg.policy.max_new_tokens,
+            seed=cfg.seed,
+        ),
+        step_limit=cfg.env.step_limit,
+        phase="eval",
+        run_id=run_id,
+        round=round,
+        batch_size=cfg.policy.batch_size,
+        seed=cfg.seed,
+        step_timeout_s=cfg.env.step_timeout_s,
+        progress=progress,
+    )
+    rows = [row for r in results for row in r.steps]
+    n_rows = store.write("rollouts", round, f"{run_id}-eval", rows) if store is not None else 0
+    scores = {r.task_id: r.score for r in results}
+    score, reward, per = summarize(tasks, scores)
+    return EvalResult(
+        score=score,
+        reward=reward,
+        per_category=per,
+        n_episodes=len(results),
+        n_rows=n_rows,
+        seconds=time.perf_counter() - started,
+        failures={r.task_id: r.score.reason for r in results if not r.score.success},
+    )

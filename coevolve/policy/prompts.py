@@ -1,0 +1,320 @@
+"""Chat formatting for tool-calling agents: tool schemas, system prompt, history, token budget.
+
+A conversation is kept as plain chat messages (``system`` / ``user`` / ``assistant`` /
+``tool``). Before it reaches a model it becomes *wire messages* that every chat template
+understands: the system message carries the tool block, assistant messages carry their raw
+text (with ``<tool_call>`` blocks), and consecutive ``tool`` messages become one ``user``
+message of ``<tool_response>`` blocks, exactly as Qwen2.5's template renders them.
+
+Tool formats (``tool_format``):
+
+- ``json``: the Hermes / Qwen block, one JSON schema per line inside ``<tools></tools>``
+  (what Qwen-scale models were trained on; 3-7k tokens per BFCL entry);
+- ``compact``: one line per function, ``name(arg: type, opt: type=?) - summary``
+  (~300-850 tokens per BFCL class; the CPU default).
+
+Token budget rule (``fit_budget``), applied in this order until the prompt fits
+``max_context_tokens - max_new_tokens``:
+
+1. every tool observation is cut to its first ``max_observation_tokens`` tokens
+   (default: a quarter of the prompt budget) with a ``[... truncated N tokens]`` note;
+2. the oldest messages of earlier turns are dropped, whole turns first (a turn starts at a
+   ``user`` message), and a ``[N earlier messages omitted]`` note is put in their place;
+3. the oldest steps (assistant message + its tool responses) of the current turn are dropped;
+4. if the system message and the current user message alone still do not fit, the
+   caller cuts the prompt from the left and reports ``finish_reason="context_limit"``.
+
+The system message and the current turn's user message are never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from coevolve.policy.base import Message
+
+SYSTEM_PROMPT = (
+    "You are a helpful assistant that completes the user's requests by calling the available "
+    "functions. Call functions one step at a time and read their results before going on. "
+    "When the request is complete, or no function fits, answer in plain text without a call."
+)
+
+_CALL_HINT = (
+    'For each function call, return a json object with function name and arguments within '
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\n</tool_call>"
+)
+
+# Per-message framing tokens of ChatML (<|im_start|>role\n ... <|im_end|>\n), for estimates.
+_MESSAGE_OVERHEAD = 5
+
+
+def _function(tool: dict[str, Any]) -> dict[str, Any]:
+    """The function schema of an OpenAI-style tool ({"type": "function", "function": {...}}) or a bare one."""
+    return tool.get("function", tool) if isinstance(tool, dict) else {}
+
+
+def _type_name(spec: dict[str, Any]) -> str:
+    t = spec.get("type", "any")
+    if isinstance(t, list):
+        t = "|".join(str(x) for x in t)
+    if t == "array" and isinstance(spec.get("items"), dict) and "type" in spec["items"]:
+        return f"array[{_type_name(spec['items'])}]"
+    if spec.get("enum") and len(spec["enum"]) <= 6:
+        return f"{t}{{{'|'.join(str(v) for v in spec['enum'])}}}"
+    return str(t)
+
+
+def _summary(description: str, limit: int = 120) -> str:
+    # BFCL descriptions open with "This tool belongs to the X API ..."; the useful part follows.
+    text = description.split("Tool description:", 1)[-1].strip()
+    first = text.split(". ", 1)[0].strip().rstrip(".")
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def compact_signature(tool: dict[str, Any]) -> str:
+    """``name(arg: type, opt: type=?) - summary`` for one function schema."""
+    fn = _function(tool)
+    params = fn.get("parameters") or {}
+    props = params.get("properties") or {}
+    required = set(params.get("required") or [])
+    args = [f"{k}: {_type_name(v if isinstance(v, dict) else {})}{'' if k in required else '=?'}" for k, v in props.items()]
+    line = f"{fn.get('name', '?')}({', '.join(args)})"
+    summary = _summary(str(fn.get("description", "")))
+    return f"{line} - {summary}" if summary else line
+
+
+def render_tools(tools: list[dict[str, Any]], tool_format: str) -> str:
+    """The tool block appended to the system prompt ("" when there are no tools)."""
+    if not tools:
+        return ""
+    return _TOOL_RENDERERS[tool_format](tools)
+
+
+def _render_json(tools: list[dict[str, Any]]) -> str:
+    lines = "\n".join(json.dumps({"type": "function", "function": _function(t)}) for t in tools)
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
+        + _CALL_HINT
+    )
+
+
+def _render_compact(tools: list[dict[str, Any]]) -> str:
+    lines = "\n".join(compact_signature(t) for t in tools)
+    return (
+        "# Tools\n\nYou may call one or more of these functions (arguments marked =? are optional):\n"
+        f"{lines}\n\n" + _CALL_HINT
+    )
+
+
+_TOOL_RENDERERS: dict[str, Callable[[list[dict[str, Any]]], str]] = {"json": _render_json, "compact": _render_compact}
+
+
+def system_message(messages: list[Message], tools: list[dict[str, Any]], tool_format: str) -> Message:
+    """The wire system message: the conversation's system prompt (or the default) + the tool block."""
+    base = messages[0]["content"] if messages and messages[0]["role"] == "system" else SYSTEM_PROMPT
+    block = render_tools(tools, tool_format)
+    return {"role": "system", "content": f"{base}\n\n{block}" if block else base}
+
+
+def to_wire(messages: list[Message], tools: list[dict[str, Any]], tool_format: str) -> list[Message]:
+    """Conversation -> wire messages (system with tools; tool results as one user message per run)."""
+    wire = [system_message(messages, tools, tool_format)]
+    for msg in messages:
+        role = msg["role"]
+        if role == "system":
+            continue
+        content = msg.get("content") or ""
+        if role == "tool":
+            block = f"<tool_response>\n{content}\n</tool_response>"
+            if wire[-1].get("_tool"):
+                wire[-1]["content"] += "\n" + block
+            else:
+                wire.append({"role": "user", "content": block, "_tool": True})
+        else:
+            wire.append({"role": role, "content": content})
+    for w in wire:
+        w.pop("_tool", None)
+    return wire
+
+
+# --------------------------------------------------------------------------- token budget
+@dataclass
+class TokenCounter:
+    """How a backend counts and cuts text: exact with a tokenizer, estimated without one."""
+
+    count: Callable[[str], int]
+    cut: Callable[[str, int], str]  # keep the first n tokens of a text
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any) -> "TokenCounter":
+        def count(text: str) -> int:
+            return len(tokenizer.encode(text, add_special_tokens=False))
+
+        def cut(text: str, n: int) -> str:
+            return tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)[:n])
+
+        return cls(count, cut)
+
+    @classmethod
+    def estimate(cls, chars_per_token: float = 3.0) -> "TokenCounter":
+        """Character-based estimate (3 chars/token errs on the long side for English and JSON)."""
+        return cls(lambda t: int(len(t) / chars_per_token) + 1, lambda t, n: t[: int(n * chars_per_token)])
+
+
+def _truncate_observation(msg: Message, limit: int, counter: TokenCounter) -> Message:
+    content = msg.get("content") or ""
+    # Cheap pre-check: no tokenizer gives more tokens than characters + 1.
+    if len(content) <= limit:
+        return msg
+    n = counter.count(content)
+    if n <= limit:
+        return msg
+    return {**msg, "content": counter.cut(content, limit) + f"\n[... truncated {n - limit} tokens]"}
+
+
+def _turn_starts(messages: list[Message]) -> list[int]:
+    return [i for i, m in enumerate(messages) if m["role"] == "user"]
+
+
+def fit_budget(
+    messages: list[Message],
+    tools: list[dict[str, Any]],
+    *,
+    tool_format: str,
+    budget: int,
+    counter: TokenCounter,
+    max_observation_tokens: int | None = None,
+) -> tuple[list[Message], bool]:
+    """Apply the truncation rule (module docstring, steps 1-3) to a conversation.
+
+    Returns ``(messages, fits)``: the shortened conversation (same roles, never the system
+    message or the current user message removed) and whether its estimate fits ``budget``
+    prompt tokens. The estimate sums per-message tokens plus ChatML framing.
+    """
+    obs_limit = max_observation_tokens or max(32, budget // 4)
+    msgs = [_truncate_observation(m, obs_limit, counter) if m["role"] == "tool" else m for m in messages]
+    system = [m for m in msgs[:1] if m["role"] == "system"]
+    body = msgs[len(system):]
+    fixed = counter.count(system_message(system, tools, tool_format)["content"]) + _MESSAGE_OVERHEAD + 3
+    sizes = [counter.count(m.get("content") or "") + _MESSAGE_OVERHEAD for m in body]
+    total = fixed + sum(sizes)
+    if total <= budget:
+        return msgs, True
+
+    starts = _turn_starts(body)
+    current = starts[-1] if starts else 0
+    # Step 2: drop earlier turns' messages, oldest first, whole turns before partial ones.
+    drop = 0
+    while drop < current and total > budget:
+        total -= sizes[drop]
+        drop += 1
+    if 0 < drop < current:
+        # Do not leave a turn's tail (assistant/tool messages without their user message).
+        nxt = next(s for s in starts if s >= drop)
+        total -= sum(sizes[drop:nxt])
+        drop = nxt
+    kept = body[drop:]
+    sizes = sizes[drop:]
+    # Step 3: drop the current turn's oldest steps (an assistant message and the tool messages after it).
+    cur = current - drop
+    while total > budget and cur + 1 < len(kept):
+        end = cur + 2
+        while end < len(kept) and kept[end]["role"] == "tool":
+            end += 1
+        total -= sum(sizes[cur + 1 : end])
+        kept = kept[: cur + 1] + kept[end:]
+        sizes = sizes[: cur + 1] + sizes[end:]
+        drop += end - (cur + 1)
+    if drop:
+        note = f"[{drop} earlier messages omitted]"
+        if kept and kept[0]["role"] == "user":
+            kept[0] = {**kept[0], "content": f"{note}\n\n{kept[0].get('content') or ''}"}
+        else:
+            kept.insert(0, {"role": "user", "content": note})
+    return system + kept, total <= budget
+
+
+@dataclass
+class Prompt:
+    ids: list[int]  # token ids of the rendered prompt (generation prompt included)
+    text: str
+    prefix_len: int  # leading tokens that are the system message (tools): shareable KV
+    context_limit: bool  # the budget rule could not make it fit; ids were cut from the left
+
+
+def system_prefix_len(tokenizer: Any, wire: list[Message], text: str, ids: list[int], tools: Any = None) -> int:
+    """How many leading ``ids`` (of ``text``, the rendering of ``wire``) are the system message alone.
+
+    That prefix is shared by every sample and step of a task, so its KV cache is worth
+    keeping; 0 when the conversation has no system message or the template does not render
+    it as a token-exact prefix.
+    """
+    if not wire or wire[0].get("role") != "system":
+        return 0
+    prefix_text = tokenizer.apply_chat_template(wire[:1], tools=tools, tokenize=False, add_generation_prompt=False)
+    if not text.startswith(prefix_text):
+        return 0
+    prefix_ids = tokenizer.encode(prefix_text, add_special_tokens=False)
+    return len(prefix_ids) if ids[: len(prefix_ids)] == prefix_ids else 0
+
+
+def render_prompt(
+    messages: list[Message],
+    tools: list[dict[str, Any]],
+    tokenizer: Any,
+    *,
+    tool_format: str,
+    max_context_tokens: int,
+    max_new_tokens: int,
+    max_observation_tokens: int | None = None,
+) -> Prompt:
+    """Render a conversation for a local model with its chat template, within the token budget."""
+    budget = max(16, max_context_tokens - max_new_tokens)
+    counter = TokenCounter.for_tokenizer(tokenizer)
+    msgs, _ = fit_budget(
+        messages, tools, tool_format=tool_format, budget=budget, counter=counter,
+        max_observation_tokens=max_observation_tokens,
+    )
+    wire = to_wire(msgs, tools, tool_format)
+    text = tokenizer.apply_chat_template(wire, tokenize=False, add_generation_prompt=True)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    prefix_len = system_prefix_len(tokenizer, wire, text, ids)
+    context_limit = len(ids) > budget
+    if context_limit:
+        ids, prefix_len = ids[-budget:], 0
+    return Prompt(ids=ids, text=text, prefix_len=prefix_len, context_limit=context_limit)
+
+
+def tokenize_for_training(
+    messages: list[Message],
+    tools: list[dict[str, Any]],
+    tokenizer: Any,
+    *,
+    tool_format: str,
+) -> tuple[list[int], list[int]]:
+    """Token ids of a whole episode and a mask that is 1 on tokens the assistant generated.
+
+    Each assistant message is rendered as the model saw it (prompt of the history before it,
+    then its own text and end-of-turn marker), so the mask covers exactly what a policy
+    gradient should train. Not budget-truncated: the trainer cuts long sequences itself.
+    """
+    ids: list[int] = []
+    mask: list[int] = []
+    done = ""
+    for k, msg in enumerate(messages):
+        if msg["role"] != "assistant":
+            continue
+        before = tokenizer.apply_chat_template(to_wire(messages[:k], tools, tool_format), tokenize=False, add_generation_prompt=True)
+        after = tokenizer.apply_chat_template(to_wire(messages[: k + 1], tools, tool_format), tokenize=False)
+        if not before.startswith(done) or not after.startswith(before):
+            raise ValueError("the chat template does not render the conversation incrementally")
+        for piece, label in ((before[len(done):], 0), (after[len(before):], 1)):
+            piece_ids = tokenizer.encode(piece, add_special_tokens=False)
+            ids += piece_ids
+            mask += [label] * len(piece_ids)
+        done = after
+    return ids, mask

@@ -1,0 +1,272 @@
+"""The rollout engine: many multi-turn tool-calling episodes at once, one rollout row per step.
+
+    results = run_episodes(policy, env, tasks, n_samples=4, sampling=SamplingParams(temperature=1.0),
+                           step_limit=6, phase="train", run_id="demo", round=0)
+    rows = [row for r in results for row in r.steps]          # -> store.write("rollouts", ...)
+
+At most ``batch_size`` episodes are open at a time; every engine step asks the policy for the
+next assistant message of all of them in one ``chat`` call (the local backend batches them
+with a KV cache), then drives each episode's environment. When an episode ends, the next
+pending one takes its place, so the batch stays full.
+
+One turn: the user message (if any) is appended, then the model acts until it answers
+without a tool call or has written ``step_limit`` messages in the turn. Every tool call is a
+step with its own row (a message with three calls gives three rows, steps k, k+1, k+2); a
+parse error is one step whose error text is shown to the agent as the observation; a plain
+answer is the turn's last step. ``meta["step"]`` given to the policy is the index of the
+model message within the turn.
+
+Rewards: every row of an episode carries the episode's ``episode_reward`` and ``success``;
+``step_reward`` is 0 except on the last row of each turn, which carries ``1 / n_turns`` when
+the benchmark passed that turn, so step rewards sum to the fraction of turns passed.
+
+Randomness: each generation is seeded from (seed, phase, round, train_step, epoch, task,
+sample, turn, step), so the same seed gives the same rollouts whatever the batching.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from coevolve.envs.base import Environment, Episode, EpisodeScore, Observation, ToolCall
+from coevolve.policy.base import Generation, Message, Policy, SamplingParams
+from coevolve.policy.parsing import parse_tool_calls
+from coevolve.policy.prompts import SYSTEM_PROMPT
+from coevolve.tasks import Task
+
+
+@dataclass
+class EpisodeResult:
+    task_id: str
+    sample_idx: int
+    episode_id: str
+    messages: list[Message]  # the whole chat: system, user, assistant (raw text), tool
+    score: EpisodeScore
+    steps: list[dict[str, Any]]  # rows of the `rollouts` table (coevolve.schemas.ROLLOUTS), in order
+    n_generated_tokens: int
+    tools: list[dict[str, Any]] = field(default_factory=list)  # schemas of the last turn (render with these)
+    finish_reason: str | None = None  # why the episode was cut: context_limit | time_limit | error
+
+
+@dataclass
+class _Run:
+    """One open episode and what the engine tracks about it."""
+
+    task: Task
+    sample_idx: int
+    episode_id: str
+    ep: Episode | None = None
+    messages: list[Message] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    turn: int = 0
+    step: int = 0  # steps (rows) taken in the current turn
+    generation: int = 0  # model messages in the current turn (what step_limit bounds)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    n_tokens: int = 0
+    done: bool = False
+    finish: str | None = None
+    score: EpisodeScore | None = None
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
+
+
+class _Engine:
+    def __init__(self, policy: Policy, env: Environment, *, sampling: SamplingParams, step_limit: int,
+                 base_row: dict[str, Any], step_timeout_s: float | None, system_prompt: str):
+        self.policy, self.env = policy, env
+        self.sampling, self.step_limit = sampling, step_limit
+        self.base_row, self.step_timeout_s = base_row, step_timeout_s
+        self.system_prompt = system_prompt
+        self.pool = ThreadPoolExecutor(max_workers=4) if step_timeout_s else None
+
+    # ---------------------------------------------------------------- episode lifecycle
+    def open(self, run: _Run) -> _Run:
+        run.messages.append({"role": "system", "content": self.system_prompt})
+        try:
+            run.ep = self.env.episode(run.task)
+            self._begin_turn(run)
+        except Exception as exc:  # a broken task must not take the whole batch down
+            self.fail(run, "error", f"opening the episode failed: {type(exc).__name__}: {exc}")
+        return run
+
+    def _begin_turn(self, run: _Run) -> None:
+        if run.turn >= run.ep.n_turns:
+            run.done = True
+            return
+        text = run.ep.user_message(run.turn)
+        if text:
+            run.messages.append({"role": "user", "content": text})
+        run.tools = run.ep.tools(run.turn)
+        run.step = run.generation = 0
+
+    def _end_turn(self, run: _Run) -> None:
+        run.ep.end_turn()
+        run.turn += 1
+        self._begin_turn(run)
+
+    def fail(self, run: _Run, finish: str, message: str) -> None:
+        if run.rows:
+            run.rows[-1]["finish_reason"] = finish
+            run.rows[-1]["error"] = run.rows[-1]["error"] or message
+        else:
+            self._row(run, finish_reason=finish, error=message)
+        run.done, run.finish = True, finish
+        run.score = EpisodeScore(success=False, reward=0.0, reason=message)
+
+    def meta(self, run: _Run) -> dict[str, Any]:
+        """Where a conversation stands; ``step`` is the model message's index within the turn."""
+        return {"task_id": run.task.task_id, "sample_idx": run.sample_idx, "turn": run.turn, "step": run.generation}
+
+    # ---------------------------------------------------------------- one model step
+    def _row(self, run: _Run, **values: Any) -> dict[str, Any]:
+        row = {
+            **self.base_row, "task_id": run.task.task_id, "episode_id": run.episode_id,
+            "sample_idx": run.sample_idx, "turn": run.turn, "step": run.step,
+            "action_name": None, "action_args": None, "observation": None, "parse_error": None,
+            "error": None, "step_reward": 0.0, "episode_reward": None, "success": None,
+            "n_tokens": 0, "finish_reason": None, **values,
+        }
+        run.rows.append(row)
+        return row
+
+    def _call_env(self, run: _Run, call: ToolCall) -> Observation:
+        if self.pool is None:
+            return run.ep.step(call)
+        return self.pool.submit(run.ep.step, call).result(timeout=self.step_timeout_s)
+
+    def advance(self, run: _Run, gen: Generation) -> None:
+        """Apply one generation to its episode: log rows, run calls, end the turn when due."""
+        run.n_tokens += gen.completion_tokens
+        run.generation += 1
+        run.messages.append({"role": "assistant", "content": gen.text})
+        tokens = gen.completion_tokens
+        if gen.finish_reason == "context_limit":
+            self._row(run, n_tokens=tokens, finish_reason="context_limit")
+            run.done, run.finish = True, "context_limit"
+            return
+        parsed = parse_tool_calls(gen.text)
+        if parsed.error:
+            obs = f"Error: {parsed.error}"
+            run.messages.append({"role": "tool", "content": obs})
+            self._row(run, parse_error=parsed.error, observation=obs, n_tokens=tokens)
+            run.step += 1
+        elif not parsed.calls:
+            self._row(run, n_tokens=tokens)
+            self._end_turn(run)
+            return
+        for call in parsed.calls:
+            try:
+                obs = self._call_env(run, call)
+            except FutureTimeout:
+                self._row(run, action_name=call.name, action_args=json.dumps(call.arguments), n_tokens=tokens)
+                self.fail(run, "time_limit", f"{call.name} took longer than {self.step_timeout_s}s")
+                return
+            except Exception as exc:
+                self._row(run, action_name=call.name, action_args=json.dumps(call.arguments), n_tokens=tokens)
+                self.fail(run, "error", f"{call.name} raised {type(exc).__name__}: {exc}")
+                return
+            run.messages.append({"role": "tool", "name": call.name, "content": obs.content})
+            self._row(run, action_name=call.name, action_args=json.dumps(call.arguments, default=str),
+                      observation=obs.content, error=obs.error, n_tokens=tokens)
+            tokens = 0  # the message's tokens are counted once, on its first row
+            run.step += 1
+        if run.generation >= self.step_limit:
+            run.rows[-1]["finish_reason"] = "step_limit"
+            self._end_turn(run)
+
+    # ---------------------------------------------------------------- scoring
+    def finish(self, run: _Run) -> EpisodeResult:
+        if run.score is None:
+            try:
+                run.score = run.ep.score()
+            except Exception as exc:
+                run.score = EpisodeScore(success=False, reward=0.0, reason=f"scoring raised {type(exc).__name__}: {exc}")
+        score = run.score
+        n_turns = max(1, getattr(run.ep, "n_turns", 1) or 1)
+        last_of_turn = {row["turn"]: i for i, row in enumerate(run.rows)}
+        for row in run.rows:
+            row["episode_reward"], row["success"] = float(score.reward), bool(score.success)
+        if score.turn_passed:
+            for turn, i in last_of_turn.items():
+                if turn < len(score.turn_passed) and score.turn_passed[turn]:
+                    run.rows[i]["step_reward"] = 1.0 / n_turns
+        elif run.rows:
+            run.rows[-1]["step_reward"] = float(score.reward)
+        return EpisodeResult(
+            task_id=run.task.task_id, sample_idx=run.sample_idx, episode_id=run.episode_id,
+            messages=run.messages, score=score, steps=run.rows, n_generated_tokens=run.n_tokens,
+            tools=run.tools, finish_reason=run.finish,
+        )
+
+
+def run_episodes(
+    policy: Policy,
+    env: Environment,
+    tasks: list[Task],
+    *,
+    n_samples: int = 1,
+    sampling: SamplingParams,
+    step_limit: int,
+    phase: str,
+    run_id: str,
+    round: int,
+    train_step: int | None = None,
+    epoch: int | None = None,
+    batch_size: int = 8,
+    seed: int = 0,
+    step_timeout_s: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    system_prompt: str = SYSTEM_PROMPT,
+) -> list[EpisodeResult]:
+    """Run ``n_samples`` episodes of every task; returns one result per episode, in task then sample order.
+
+    Each sample is its own ``env.episode(task)``, so all samples of a task start from the same
+    initial state. ``progress(done, total)`` is called as episodes finish.
+    """
+    if step_limit < 1 or batch_size < 1 or n_samples < 1:
+        raise ValueError("step_limit, batch_size and n_samples must all be >= 1")
+    where = (seed, phase, round, train_step, epoch)
+    call_seed = sampling.seed if sampling.seed is not None else int(_digest(*where)[:15], 16)
+    base_row = {"run_id": run_id, "round": round, "phase": phase, "train_step": train_step, "epoch": epoch,
+                "policy_version": getattr(policy, "version", None)}
+    engine = _Engine(policy, env, sampling=dataclasses.replace(sampling, seed=call_seed), step_limit=step_limit,
+                     base_row=base_row, step_timeout_s=step_timeout_s, system_prompt=system_prompt)
+    pending = deque(
+        _Run(task=task, sample_idx=s,
+             episode_id=f"{task.task_id}/s{s}/{_digest(run_id, *where, index)[:10]}")
+        for index, task in enumerate(tasks) for s in range(n_samples)
+    )
+    total, results = len(pending), {}
+    order = [(r.task.task_id, r.sample_idx, r.episode_id) for r in pending]
+    active: list[_Run] = []
+    try:
+        while pending or active:
+            while pending and len(active) < batch_size:
+                active.append(engine.open(pending.popleft()))
+            waiting = [r for r in active if not r.done]
+            if waiting:
+                gens = policy.chat([r.messages for r in waiting], [r.tools for r in waiting],
+                                   engine.sampling, [engine.meta(r) for r in waiting])
+                for run, gen in zip(waiting, gens):
+                    try:
+                        engine.advance(run, gen)
+                    except Exception as exc:  # environment bugs end that episode only
+                        engine.fail(run, "error", f"{type(exc).__name__}: {exc}")
+            for run in [r for r in active if r.done]:
+                results[run.episode_id] = engine.finish(run)
+                if progress:
+                    progress(len(results), total)
+            active = [r for r in active if not r.done]
+    finally:
+        if engine.pool:
+            engine.pool.shutdown(wait=False, cancel_futures=True)
+    return [results[eid] for _, _, eid in order]

@@ -1,0 +1,95 @@
+"""Chats -> training tensors: token ids plus the mask of the tokens the model wrote.
+
+An episode's chat is rendered with the same chat template the policy prompts with, piece
+by piece: everything up to an assistant message (rendered with the generation prompt, as
+at sampling time) is context (mask 0); the assistant message that follows is the model's
+output (mask 1) up to and including its end-of-turn token; tool observations, later user
+turns and the template's glue are context again. Each piece is tokenized on its own, the
+way generation saw it: the prompt was tokenized, then the model appended its tokens.
+
+    ids, mask = encode_chat(tokenizer, messages, wire_renderer(tokenizer, tools, "compact"))
+    batch = collate([(ids, mask), ...], pad_id)   # {"input_ids", "attention_mask", "loss_mask"}: [B, T]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+Render = Callable[[list[dict[str, Any]], bool], str]
+
+
+def wire_renderer(tokenizer: Any, tools: list[dict[str, Any]], tool_format: str) -> Render:
+    """``render(messages, add_generation_prompt) -> text`` exactly as the local policy prompts:
+    coevolve's wire messages (system prompt with the tool block, tool results as user
+    ``<tool_response>`` blocks; ``coevolve.policy.prompts.to_wire``) through the chat template."""
+    from coevolve.policy.prompts import to_wire
+
+    def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        wire = to_wire(messages, tools, tool_format)
+        return tokenizer.apply_chat_template(wire, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    return render
+
+
+def encode_chat(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    render: Render,
+    max_tokens: int | None = None,
+) -> tuple[list[int], list[int]]:
+    """Token ids of the whole chat and the mask of assistant-written tokens (1) vs context (0).
+
+    ``render(messages[:k], add_generation_prompt)`` must render prefixes consistently (each
+    rendering with the generation prompt is a prefix of the rendering with the next assistant
+    message), which holds for ChatML/Qwen/SmolLM2 templates; otherwise ValueError.
+    Tokens after the assistant's end-of-turn token (a trailing newline) count as context.
+    ``max_tokens`` keeps the last ``max_tokens`` tokens (an over-long episode loses its start).
+    """
+    eos = tokenizer.eos_token_id
+    ids: list[int] = []
+    mask: list[int] = []
+    done = ""  # text rendered so far
+
+    def add(text: str, is_model: bool) -> None:
+        piece = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+        flags = [0] * len(piece)
+        if is_model:
+            end = len(piece)
+            if eos in piece:
+                end = len(piece) - piece[::-1].index(eos)
+            flags = [1] * end + [0] * (len(piece) - end)
+        ids.extend(piece)
+        mask.extend(flags)
+
+    for k, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        prompt = render(messages[:k], True)
+        full = render(messages[: k + 1], False)
+        if not prompt.startswith(done) or not full.startswith(prompt):
+            raise ValueError(
+                "the chat template does not render prefixes consistently at message "
+                f"{k}; cannot tell the model's tokens apart"
+            )
+        add(prompt[len(done) :], False)
+        add(full[len(prompt) :], True)
+        done = full
+    if max_tokens is not None and len(ids) > max_tokens:
+        ids, mask = ids[-max_tokens:], mask[-max_tokens:]
+    return ids, mask
+
+
+def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad ``(ids, mask)`` pairs into ``input_ids``, ``attention_mask``, ``loss_mask``: [B, T]."""
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(examples), width), dtype=torch.long)
+    loss_mask = torch.zeros((len(examples), width), dtype=torch.float32)
+    for i, (ids, mask) in enumerate(examples):
+        n = len(ids)
+        input_ids[i, :n] = torch.tensor(ids, dtype=torch.long)
+        attention[i, :n] = 1
+        loss_mask[i, :n] = torch.tensor(mask, dtype=torch.float32)
+    return {"input_ids": input_ids, "attention_mask": attention, "loss_mask": loss_mask}

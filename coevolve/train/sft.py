@@ -1,0 +1,86 @@
+"""SFT warm start: teach the policy the tool-call format from the pool's reference trajectories.
+
+The trajectories are real episodes: ``ReplayPolicy`` plays each task's reference calls
+through the rollout engine against the environment, so the chats hold the environment's
+actual observations and exactly the message shapes the engine produces (all of a turn's
+calls in one assistant message, then a plain message that ends the turn). The loss is the
+negative log-likelihood of the assistant tokens only (``sequences.encode_chat`` masks).
+
+    episodes = reference_chats(env, tasks, step_limit=..., seed=...)
+    examples = [encode_result(tokenizer, episode, cfg) for episode in episodes]   # coevolve.train.local
+    losses = run_sft(model, tokenizer, examples, steps=..., batch_size=..., lr=..., seed=...)
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import torch
+
+from coevolve.policy.base import SamplingParams
+from coevolve.tasks import Task
+from coevolve.train.grpo import sft_loss, token_logprobs
+from coevolve.train.sequences import collate
+
+
+def reference_chats(env: Any, tasks: list[Task], *, step_limit: int, seed: int) -> list[Any]:
+    """The episodes (rollout ``EpisodeResult``s) of replaying each task's reference calls; tasks
+    whose replay earns no reward (a broken reference would teach wrong calls) are left out."""
+    from coevolve.policy.replay import ReplayPolicy
+    from coevolve.rollout import run_episodes
+
+    results = run_episodes(
+        ReplayPolicy(tasks),
+        env,
+        tasks,
+        n_samples=1,
+        sampling=SamplingParams(temperature=0.0),
+        step_limit=step_limit,
+        phase="train",
+        run_id="sft",
+        round=0,
+        seed=seed,
+    )
+    return [r for r in results if r.score.reward > 0]
+
+
+def run_sft(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    examples: list[tuple[list[int], list[int]]],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+) -> list[float]:
+    """``steps`` optimizer steps of masked NLL on ``examples`` (``(ids, mask)`` pairs from
+    ``encode_chat``, cycled in a seeded shuffle, ``batch_size`` per step). Returns each step's loss."""
+    examples = [e for e in examples if sum(e[1]) > 0]
+    if steps <= 0 or not examples:
+        return []
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    order: list[int] = []
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    losses = []
+    model.train()
+    for _ in range(steps):
+        batch_idx = []
+        while len(batch_idx) < min(batch_size, len(examples)):
+            if not order:
+                order = list(range(len(examples)))
+                rng.shuffle(order)
+            batch_idx.append(order.pop())
+        batch = collate([examples[i] for i in batch_idx], pad)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        loss = sft_loss(token_logprobs(logits, batch["input_ids"]), batch["loss_mask"])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses

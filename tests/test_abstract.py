@@ -1,0 +1,150 @@
+"""Abstraction: runs -> task specs (template and llm abstractors), candidates rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from coevolve.abstract import (
+    LLMAbstractor,
+    Run,
+    TemplateAbstractor,
+    abstract,
+    call_sentence,
+    check_spec,
+    make_task,
+    split_turns,
+)
+from coevolve.config import load_config
+from coevolve.envs.bfcl import BfclEnvironment
+from coevolve.explore import explore, start_task
+from coevolve.policy.base import Generation
+from coevolve.tasks import Task
+
+
+@pytest.fixture(scope="module")
+def env():
+    return BfclEnvironment()
+
+
+@pytest.fixture(scope="module")
+def seed(env):
+    return start_task(env.load_tasks(["multi_turn_base"], limit=1)[0])
+
+
+def _run(seed, env, steps):
+    rows = [
+        {"step": i, "action_name": n, "action_args": json.dumps(a), "observation": o, "error": e}
+        for i, (n, a, o, e) in enumerate(steps)
+    ]
+    return Run("s1", "boundary", 0, seed, rows, {d["name"]: d for d in env.function_docs(seed)})
+
+
+def test_split_turns_is_contiguous_and_even():
+    calls = [{"name": str(i), "arguments": {}} for i in range(5)]
+    assert [len(t) for t in split_turns(calls, 3)] == [2, 2, 1]
+    assert [len(t) for t in split_turns(calls[:2], 3)] == [1, 1]
+    assert sum(split_turns(calls, 3), []) == calls
+
+
+def test_successful_calls_drop_errors_and_repeats(env, seed):
+    run = _run(seed, env, [
+        ("cd", {"folder": "nope"}, '{"error": "no"}', "no"),
+        ("cd", {"folder": "document"}, "{}", None),
+        ("cd", {"folder": "document"}, "{}", None),
+        (None, {}, "garbage", "no call"),
+        ("mkdir", {"dir_name": "temp"}, "None", None),
+    ])
+    assert run.successful_calls() == [
+        {"name": "cd", "arguments": {"folder": "document"}},
+        {"name": "mkdir", "arguments": {"dir_name": "temp"}},
+    ]
+
+
+def test_template_turns_state_every_argument(env, seed):
+    run = _run(seed, env, [
+        ("cd", {"folder": "document"}, "{}", None),
+        ("mkdir", {"dir_name": "temp"}, "None", None),
+        ("mv", {"source": "final_report.pdf", "destination": "temp"}, "{}", None),
+    ])
+    (turns, reference), = TemplateAbstractor(load_config()).abstract([run])
+    assert len(turns) == 3 and [len(r) for r in reference] == [1, 1, 1]
+    assert "'document'" in turns[0] and "working directory" in turns[0]
+    assert "'final_report.pdf'" in turns[2] and "'temp'" in turns[2]
+    assert call_sentence({"name": "ls", "arguments": {"a": True}}, run.docs["ls"]).endswith("a set to true.")
+    assert TemplateAbstractor(load_config()).abstract([_run(seed, env, [("cd", {"folder": "x"}, "e", "e")])]) == [
+        "useless run: no call succeeded"
+    ]
+
+
+def test_make_task_keeps_provenance_and_the_seed_state(env, seed):
+    run = _run(seed, env, [("cd", {"folder": "document"}, "{}", None)])
+    task = make_task(run, ["Go to document."], [[{"name": "cd", "arguments": {"folder": "document"}}]], "t", 3)
+    assert (task.origin, task.signal_type, task.seed_task_id, task.created_round, task.split) == (
+        "explored", "boundary", seed.task_id, 3, "train")
+    assert task.category == seed.category and task.env == seed.env and task.initial_state == seed.initial_state
+    assert task.task_id.startswith(seed.task_id + "~x3.") and Task.from_json(task.to_json()) == task
+
+
+class ScriptedPolicy:
+    """Replies with the given texts in order (or raises), like an endpoint would."""
+
+    def __init__(self, texts):
+        self.texts = list(texts)
+
+    def chat(self, conversations, tools, sampling, meta=None):
+        if isinstance(self.texts[0], Exception):
+            raise self.texts[0]
+        out, self.texts = self.texts[: len(conversations)], self.texts[len(conversations):]
+        return [Generation(text=t, prompt_tokens=1, completion_tokens=1) for t in out]
+
+
+def test_llm_abstractor_checks_the_schema_and_rejects_with_reasons(env, seed):
+    run = _run(seed, env, [("cd", {"folder": "document"}, "{}", None), ("ls", {}, '{"current_directory_content": []}', None)])
+    good = json.dumps({"turns": [
+        {"instruction": "Go into document.", "calls": [{"name": "cd", "arguments": {"folder": "document"}}]},
+        {"instruction": "List it.", "calls": [{"name": "ls", "arguments": {}}]},
+    ]})
+    replies = [
+        "Sure! ```json\n" + good + "\n```",
+        "I cannot do that.",
+        '{"turns": [{"instruction": "x", "calls": [{"name": "format_disk", "arguments": {}}]}]}',
+        '{"turns": []}',
+        '{"turns": [{"instruction": "", "calls": [{"name": "ls"}]}]}',
+        '{"turns": [{"instruction": "x", "calls": [{"name": "ls", "arguments": "a=1"}]}]}',
+        '{"turns": [{"instruction": "x", "calls": [{"name": "ls"',
+    ]
+    cfg = load_config(overrides={"abstract.abstractor": "llm", "abstract.base_url": "http://127.0.0.1:1/v1"})
+    out = LLMAbstractor(cfg, policy=ScriptedPolicy(replies)).abstract([run] * len(replies))
+    turns, reference = out[0]
+    assert turns == ["Go into document.", "List it."] and reference[1] == [{"name": "ls", "arguments": {}}]
+    reasons = out[1:]
+    assert all(isinstance(r, str) and r.startswith("llm abstractor: malformed output") for r in reasons)
+    assert "no JSON object" in reasons[0] and "unknown function 'format_disk'" in reasons[1]
+    assert "needs 1 to 3 turns" in reasons[2] and "non-empty 'instruction'" in reasons[3]
+    assert "must be an object" in reasons[4]
+    failing = LLMAbstractor(cfg, policy=ScriptedPolicy([ConnectionError("refused")])).abstract([run])
+    assert failing[0].startswith("llm abstractor: endpoint error: ConnectionError")
+    with pytest.raises(ValueError):
+        check_spec({"turns": [{"instruction": "a", "calls": []}]}, run.docs, 3)
+
+
+def test_abstract_stage_writes_pending_and_rejected_candidates(signal_store, env):
+    tasks = env.load_tasks(["multi_turn_base"], limit=6)
+    store = signal_store(tasks)
+    cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.steps_per_run": 3})
+    explore(store, cfg, "t", 1)
+    n = abstract(store, cfg, "t", 1)
+    rows = store.read("candidates").to_pylist()
+    assert n == len(rows) == 6 * 2
+    assert {r["candidate_id"] for r in rows} == {f"t-r1-s{i:02d}-{k}" for i in range(6) for k in range(2)}
+    for r in rows:
+        if r["verdict"] is None:
+            task = Task.from_json(r["spec"])
+            assert task.signal_type == r["signal_type"] and task.seed_task_id == r["context_task_id"]
+            assert r["n_turns"] == len(task.turns) >= 1 and r["content_hash"] == task.content_hash
+        else:
+            assert r["verdict"] == "rejected" and r["reason"]
+    assert any(r["verdict"] is None for r in rows)
+    assert abstract(store, cfg, "t", 1) == n and store.read("candidates").num_rows == n

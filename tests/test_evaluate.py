@@ -1,0 +1,188 @@
+"""Tests of coevolve.evaluate and ``coevolve eval``: ground-truth replay through the rollout
+engine, rollouts written to the store, per-category accuracy, fuzzed model output, budgets."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from coevolve.config import RunConfig
+from coevolve.envs.bfcl import BfclEnvironment
+from coevolve.evaluate import eval_tasks, evaluate, replay_reference
+from coevolve.policy.base import Generation
+from coevolve.policy.replay import ReplayPolicy
+from coevolve.rollout import run_episodes
+from coevolve.policy.base import SamplingParams
+from coevolve.store import Store
+
+
+@pytest.fixture(scope="module")
+def env() -> BfclEnvironment:
+    return BfclEnvironment()
+
+
+@pytest.fixture(scope="module")
+def few(env):
+    return [t for c in env.categories for t in env.load_tasks([c], limit=3)]
+
+
+def test_replay_policy_messages(few):
+    task = few[0]
+    policy = ReplayPolicy([task])
+    first = policy.message(task.task_id, 0, 0)
+    blocks = [json.loads(b.split("</tool_call>")[0]) for b in first.split("<tool_call>")[1:]]
+    assert blocks == task.reference_actions[0]
+    assert "<tool_call>" not in policy.message(task.task_id, 0, 1)
+    with pytest.raises(ValueError):
+        policy.chat([[]], [[]], SamplingParams(), None)
+
+
+def test_evaluate_replays_ground_truth_and_writes_rollouts(env, few, tmp_path):
+    store = Store(str(tmp_path / "store"))
+    result = evaluate(store, RunConfig(), "r1", 2, ReplayPolicy(few), few, env=env)
+    assert result.score == 1.0 and result.reward == 1.0 and result.n_episodes == len(few)
+    assert set(result.per_category) == set(env.categories)
+    assert all(row == {"n": 3, "correct": 3, "accuracy": 1.0, "reward": 1.0} for row in result.per_category.values())
+    table = store.read("rollouts").to_pylist()
+    assert len(table) == result.n_rows > 0
+    assert {r["phase"] for r in table} == {"eval"} and {r["run_id"] for r in table} == {"r1"}
+    assert {r["round"] for r in table} == {2} and all(r["success"] for r in table)
+    assert store.has_part("rollouts", 2, "r1-eval")
+    n_calls = sum(len(turn) for t in few for turn in t.reference_actions)
+    assert sum(1 for r in table if r["action_name"]) == n_calls
+
+
+def test_eval_tasks_follow_config(env):
+    cfg = RunConfig()
+    cfg.eval.categories = ["multi_turn_miss_param", "multi_turn_base"]
+    cfg.env.heldout_limit = 2
+    assert [t.task_id for t in eval_tasks(cfg, env)] == [
+        "multi_turn_miss_param_0", "multi_turn_miss_param_1", "multi_turn_base_0", "multi_turn_base_1"]
+
+
+class DropLastTurn(ReplayPolicy):
+    """Replays the reference except for the last turn, where it answers in plain text."""
+
+    def __init__(self, tasks):
+        super().__init__(tasks)
+        self._n_turns = {t.task_id: len(t.turns) for t in tasks}
+
+    def message(self, task_id, turn, step):
+        return "I cannot." if turn == self._n_turns[task_id] - 1 else super().message(task_id, turn, step)
+
+
+def test_failures_score_like_bfcl(env, few):
+    tasks = [t for t in few if t.reference_actions[-1]]
+    result = evaluate(None, RunConfig(), "r", 0, DropLastTurn(tasks), tasks, env=env)
+    assert result.score == 0.0 and 0.0 < result.reward < 1.0
+    assert all("empty_turn_model_response" in reason for reason in result.failures.values())
+
+
+FUZZ = [
+    "<tool_call>not json</tool_call>",
+    '<tool_call>{"name": 5, "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "cd", "arguments": [1, 2]}</tool_call>',
+    '<tool_call>{"name": "cd", "arguments": {"folder": "x"}',
+    '<tool_call>{"name": "__class__", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "_load_scenario", "arguments": {"scenario": {}}}</tool_call>',
+    '<tool_call>{"name": "__init__", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "cd", "arguments": {"folder": {"a": [1]}, "x": null}}</tool_call>',
+    '<tool_call>{"name": "echo", "arguments": {"content": "' + "x" * 100_000 + '"}}</tool_call>',
+    '<tool_call>{"name": "power", "arguments": {"base": 10, "exponent": 1e300}}</tool_call>',
+    '<tool_call>{"name": "no_such_function", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "cd", "arguments": {"folder": 123456789012345678901234567890}}</tool_call>',
+    "<tool_call></tool_call>",
+    "</tool_call>{}<tool_call>",
+]
+
+
+class FuzzPolicy:
+    """Emits malformed or hostile tool calls; a plain answer after ``per_turn`` messages."""
+
+    name, version = "fuzz", "fuzz"
+
+    def __init__(self, per_turn: int = 3):
+        self.per_turn = per_turn
+
+    def chat(self, conversations, tools, sampling, meta=None):
+        out = []
+        for m in meta:
+            rng = random.Random(f"{m['task_id']}/{m['turn']}/{m['step']}")
+            if m["step"] >= self.per_turn:
+                text = "done"
+            elif rng.random() < 0.3:
+                junk = "".join(rng.choice('{}[]":,<>/_ abcXYZ019\\\n') for _ in range(rng.randrange(1, 200)))
+                text = f"<tool_call>{junk}</tool_call>"
+            else:
+                text = rng.choice(FUZZ)
+            out.append(Generation(text=text, prompt_tokens=0, completion_tokens=1))
+        return out
+
+
+def test_fuzzed_outputs_become_error_steps(env, few):
+    results = run_episodes(FuzzPolicy(), env, few, sampling=SamplingParams(), step_limit=6,
+                           phase="eval", run_id="fuzz", round=0, step_timeout_s=5.0)
+    assert len(results) == len(few)
+    for r in results:
+        assert r.finish_reason is None and not r.score.success
+        calls = [row for row in r.steps if row["action_name"] or row["parse_error"]]
+        assert calls and all(row["parse_error"] or row["error"] for row in calls), r.steps
+
+
+class SlowEnv(BfclEnvironment):
+    """BFCL whose ``ls`` takes a while: for the wall-clock budget."""
+
+    def episode(self, task):
+        ep = super().episode(task)
+        step = ep.step
+
+        def slow_step(call):
+            if call.name == "ls":
+                time.sleep(0.5)
+            return step(call)
+
+        ep.step = slow_step
+        return ep
+
+
+class LsForever:
+    name, version = "ls", "ls"
+
+    def chat(self, conversations, tools, sampling, meta=None):
+        return [Generation(text='<tool_call>{"name": "ls", "arguments": {}}</tool_call>', prompt_tokens=0,
+                           completion_tokens=1) for _ in conversations]
+
+
+def test_budgets_end_episodes_with_a_reason(few):
+    task = few[0]
+    (slow,) = run_episodes(LsForever(), SlowEnv(), [task], sampling=SamplingParams(), step_limit=4,
+                           phase="eval", run_id="b", round=0, step_timeout_s=0.1)
+    assert slow.finish_reason == "time_limit" and not slow.score.success
+    assert slow.steps[-1]["finish_reason"] == "time_limit"
+    (looping,) = run_episodes(LsForever(), BfclEnvironment(), [task], sampling=SamplingParams(), step_limit=3,
+                              phase="eval", run_id="b", round=0)
+    cut = [row for row in looping.steps if row["finish_reason"] == "step_limit"]
+    assert len(cut) == len(task.turns) and not looping.score.success
+    assert all(sum(1 for row in looping.steps if row["turn"] == t) == 3 for t in range(len(task.turns)))
+
+
+def test_env_only_replay_scores_all(env, few):
+    assert all(s.success for s in replay_reference(env, few).values())
+
+
+def test_cli_eval_replay_ground_truth(tmp_path):
+    from coevolve.cli import app
+
+    store = tmp_path / "store"
+    res = CliRunner().invoke(app, ["eval", "--env", "bfcl-v3", "--replay-ground-truth", "--limit", "2",
+                                   "--category", "multi_turn_base", "--category", "multi_turn_miss_func",
+                                   "--store", str(store)])
+    assert res.exit_code == 0, res.output
+    assert "multi_turn_base" in res.output and "multi_turn_miss_func" in res.output and "4/4" in res.output
+    assert Store(str(store)).read("rollouts").num_rows > 0
+    bad = CliRunner().invoke(app, ["eval", "--ids", "multi_turn_base_999999", "--no-store", "--replay-ground-truth"])
+    assert bad.exit_code != 0 and "unknown" in bad.output

@@ -1,0 +1,163 @@
+"""Exploration: contexts from signals, the rule / random explorers, the explore stage."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pyarrow.dataset as ds
+import pytest
+
+from coevolve.config import load_config
+from coevolve.envs.base import Observation
+from coevolve.envs.bfcl import BfclEnvironment
+from coevolve.explore import (
+    ExploreContext,
+    explore,
+    observed_error,
+    pattern_names,
+    run_sessions,
+    signal_contexts,
+    start_task,
+)
+from coevolve.explorers.random import RandomExplorer
+from coevolve.explorers.rule import Param, RuleExplorer, ValueBank, fits_param, params_of
+
+AVOID = frozenset({"rm", "rmdir"})
+
+
+@pytest.fixture(scope="module")
+def env():
+    return BfclEnvironment()
+
+
+@pytest.fixture(scope="module")
+def tasks(env):
+    return env.load_tasks(["multi_turn_base"], limit=12)
+
+
+def test_pattern_names_read_both_pattern_forms():
+    assert pattern_names("cd > mv") == ["cd", "mv"]
+    assert pattern_names("cd(folder) > mv(destination,source) > ls()") == ["cd", "mv", "ls"]
+    assert pattern_names("") == []
+
+
+def test_observed_error_sees_errors_backends_return_instead_of_raising():
+    assert observed_error(Observation('{"error": "cd: x: No such directory"}')) == "cd: x: No such directory"
+    assert observed_error(Observation("boom", error="TypeError: bad")) == "TypeError: bad"
+    assert observed_error(Observation('{"current_working_directory": "document"}')) is None
+    assert observed_error(Observation("None")) is None
+
+
+def test_params_read_enums_from_bfcl_descriptions(env, tasks):
+    docs = {d["name"]: d for d in env.function_docs(env.load_tasks(ids=["multi_turn_base_50"])[0])}
+    start = {p.name: p for p in params_of(docs["startEngine"])}
+    assert start["ignitionMode"].enum == ["START", "STOP"] and start["ignitionMode"].required
+    assert fits_param(["a", "b"], Param("x", "array", True, [], "string"))
+    assert not fits_param(["a"], Param("x", "array", True, [], "float"))
+    assert not fits_param(True, Param("x", "integer", True, [], "string"))
+
+
+def test_signal_contexts_take_focus_from_the_failed_attempt_and_the_reference(tasks):
+    t0, t1 = tasks[0], tasks[1]
+    evidence = {"e1": [{"task_id": t0.task_id, "action_name": "ls", "action_args": "{}", "observation": "{}", "error": None}]}
+    signals = [
+        {"signal_id": "f1", "signal_type": "forgetting", "task_id": t0.task_id, "evidence": json.dumps({"failing_episode_id": "e1"})},
+        {"signal_id": "r1", "signal_type": "rare", "task_id": None, "pattern": "cd > mkdir",
+         "evidence": json.dumps({"task_ids": [t1.task_id], "episode_ids": ["e9"]})},
+        {"signal_id": "gone", "signal_type": "boundary", "task_id": "not_in_pool", "evidence": "{}"},
+    ]
+    ctx = {c.signal_id: c for c in signal_contexts(signals, [t0, t1], evidence, AVOID)}
+    assert set(ctx) == {"f1", "r1"}  # a signal whose task left the pool cannot be explored
+    assert ctx["f1"].focus[0] == "ls" and {"cd", "mv"} <= set(ctx["f1"].focus)
+    assert ctx["f1"].evidence[0]["action_name"] == "ls"
+    assert ctx["r1"].task.task_id == t1.task_id and ctx["r1"].focus == ["cd", "mkdir"] and ctx["r1"].sequence
+
+
+def test_value_bank_prefers_names_just_listed():
+    bank = ValueBank()
+    bank.harvest({"root": {"a": {"type": "directory", "contents": {"x.txt": {"type": "file", "content": "hi"}}}}})
+    assert bank.names["dir"] == ["a"] and bank.names["file"] == ["x.txt"]
+    bank.harvest_text('{"current_directory_content": ["x.txt", "a"]}')
+    assert bank.recent == ["x.txt", "a"] and ["x.txt", "a"] in bank.by_key["current_directory_content"]
+
+
+def _context(task, signal_type="boundary", focus=None, sequence=False):
+    focus = focus if focus is not None else [c["name"] for turn in task.reference_actions for c in turn]
+    return ExploreContext(f"s-{task.task_id}-{signal_type}", signal_type, task, list(dict.fromkeys(focus)), sequence=sequence, avoid=AVOID)
+
+
+def test_rule_explorer_adapts_to_errors_and_reuses_observed_values(env, tasks):
+    sessions = run_sessions(RuleExplorer(), [_context(t) for t in tasks], env, runs=2, steps=6, seed=0)
+    assert len(sessions) == 24 and all(len(s.history) == 6 for s in sessions)
+    ok = [h for s in sessions for h in s.history if h.error is None]
+    assert len(ok) >= 0.4 * 24 * 6  # guided by state and reference values, most calls work
+    for s in sessions:
+        failed = set()
+        for h in s.history:
+            key = (h.name, json.dumps(h.arguments, sort_keys=True))
+            # a call that failed is never repeated with the same arguments: it reacts to errors
+            assert h.error is None or key not in failed
+            if h.error:
+                failed.add(key)
+        assert all(h.name not in AVOID for h in s.history)
+    # values observed during the run (not in the start state) are reused in later calls
+    reused = 0
+    for s in sessions:
+        start = json.dumps(s.context.task.initial_state)
+        seen: set = set()
+        for h in s.history:
+            reused += any(isinstance(v, str) and v in seen and v not in start for v in h.arguments.values())
+            if h.error is None:
+                seen |= {v for v in h.arguments.values() if isinstance(v, str)}
+    assert reused > 0
+
+
+def test_rule_explorer_performs_a_rare_pattern_consecutively(env, tasks):
+    task = tasks[0]  # cd(document), mkdir(temp), mv(...) ...
+    ctx = _context(task, "rare", ["cd", "mkdir"], sequence=True)
+    sessions = run_sessions(RuleExplorer(), [ctx], env, runs=4, steps=5, seed=1)
+    done = 0
+    for s in sessions:
+        names = [h.name for h in s.history if h.error is None]
+        done += any(names[i : i + 2] == ["cd", "mkdir"] for i in range(len(names) - 1))
+    assert done >= 2
+
+
+def test_runs_are_independent_fresh_episodes(env, tasks):
+    ctx = _context(tasks[0])
+    a, b = run_sessions(RuleExplorer(), [ctx], env, runs=2, steps=4, seed=3)
+    assert a.episode is not b.episode
+    again = run_sessions(RuleExplorer(), [ctx], env, runs=2, steps=4, seed=3)
+    assert [(h.name, h.arguments) for h in again[0].history] == [(h.name, h.arguments) for h in a.history]
+
+
+def test_start_task_makes_every_function_available_from_the_start(env):
+    task = env.load_tasks(["multi_turn_miss_func"], limit=1)[0]
+    assert task.initial_state["missed_function"]
+    start = start_task(task)
+    assert start.initial_state["missed_function"] == {} and task.initial_state["missed_function"]
+
+
+# ----------------------------------------------------------------------------- the stage
+def test_explore_stage_writes_one_row_per_step_and_reruns_replace(signal_store, tasks):
+    store = signal_store(tasks[:6])
+    cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.runs_per_context": 2, "explore.steps_per_run": 3})
+    n = explore(store, cfg, "t", 1)
+    assert n == 6 * 2 * 3
+    assert explore(store, cfg, "t", 1) == n
+    rows = store.read("explorations", filter=ds.field("round") == 1).to_pylist()
+    assert len(rows) == n  # the rerun replaced its part
+    assert Counter(r["signal_type"] for r in rows) == {"forgetting": 12, "boundary": 12, "rare": 12}
+    assert {r["context_task_id"] for r in rows} == {t.task_id for t in tasks[:6]}
+
+
+def test_random_explorer_has_the_same_budget_and_ignores_signals(signal_store, tasks):
+    store = signal_store(tasks[:6])
+    cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.explorer": "random",
+                                 "explore.runs_per_context": 2, "explore.steps_per_run": 3})
+    assert explore(store, cfg, "t", 1) == 6 * 2 * 3
+    rows = store.read("explorations").to_pylist()
+    assert {r["signal_type"] for r in rows} == {"random"}
+    assert all(r["signal_id"].startswith("random-") for r in rows)
+    assert isinstance(RandomExplorer(), RuleExplorer) and not RandomExplorer.signal_guided

@@ -1,0 +1,75 @@
+"""Tests of the local backend's generation loop: batching with prefix KV reuse equals
+one-at-a-time generation, seeds, sampling parameters, stop and length, context limits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from coevolve.config import PolicyConfig
+from coevolve.policy.base import SamplingParams
+from coevolve.policy.local import LocalPolicy, PrefixCache, row_seed, sample_next
+
+TOOLS = [{"name": "ls", "description": "List files.", "parameters": {"type": "dict", "properties": {}}}]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)  # see tests/test_rollout.py::one_thread
+    yield LocalPolicy(PolicyConfig(model="tiny", max_context_tokens=1024))
+    torch.set_num_threads(saved)
+
+
+def convs(n):
+    return [[{"role": "user", "content": "list the files " * (k + 1)}] for k in range(n)]
+
+
+def meta(n, step=0):
+    return [{"task_id": "t", "sample_idx": k, "turn": 0, "step": step} for k in range(n)]
+
+
+def test_batched_cached_generation_equals_one_at_a_time(policy):
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=16, seed=3)
+    policy.prefix_cache = PrefixCache(0)  # no reuse at all: the reference
+    single = [policy.chat([c], [TOOLS], sampling, [m])[0].text for c, m in zip(convs(5), meta(5))]
+    policy.prefix_cache = PrefixCache(100_000)
+    batched = [g.text for g in policy.chat(convs(5), [TOOLS] * 5, sampling, meta(5))]
+    assert batched == single
+    assert len(policy.prefix_cache._entries) == 6, "the shared system prefix + every row's prompt"
+    # Second step of every conversation: prompts extend the cached ones.
+    longer = [c + [{"role": "assistant", "content": t}, {"role": "tool", "content": "[]"}] for c, t in zip(convs(5), batched)]
+    policy.prefix_cache = PrefixCache(0)
+    single2 = [policy.chat([c], [TOOLS], sampling, [m])[0].text for c, m in zip(longer, meta(5, 1))]
+    policy.prefix_cache = PrefixCache(100_000)
+    policy.chat(convs(5), [TOOLS] * 5, sampling, meta(5))
+    assert [g.text for g in policy.chat(longer, [TOOLS] * 5, sampling, meta(5, 1))] == single2
+
+
+def test_lengths_stops_and_greedy(policy):
+    gens = policy.chat(convs(3), [TOOLS] * 3, SamplingParams(temperature=0.0, max_new_tokens=5), meta(3))
+    assert all(g.completion_tokens <= 5 and g.finish_reason in ("stop", "length") for g in gens)
+    assert all(g.finish_reason == "stop" or g.completion_tokens == 5 for g in gens)
+    again = policy.chat(convs(3), [TOOLS] * 3, SamplingParams(temperature=0.0, max_new_tokens=5), meta(3))
+    assert [g.text for g in gens] == [g.text for g in again]
+    out = policy.generate([[5, 6, 7], [8, 9]], SamplingParams(temperature=0.0, max_new_tokens=4), [1, 2])
+    assert len(out) == 2 and all(f in ("stop", "length") for _, f in out)
+
+
+def test_sampling_parameters():
+    logits = torch.tensor([[0.0, 1.0, 5.0, 2.0]] * 3)
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    assert sample_next(logits, SamplingParams(temperature=0.0), gens) == [2, 2, 2]
+    assert sample_next(logits, SamplingParams(temperature=1.0, top_p=0.01), gens) == [2, 2, 2]
+    draws = {tok for i in range(50) for tok in sample_next(logits[:1] * 0, SamplingParams(temperature=1.0),
+                                                           [torch.Generator().manual_seed(i)])}
+    assert draws == {0, 1, 2, 3}
+    m = {"task_id": "t", "sample_idx": 0, "turn": 0, "step": 0}
+    assert row_seed(1, m, 0) == row_seed(1, dict(m), 5) != row_seed(2, m, 0)
+    assert row_seed(1, {**m, "sample_idx": 1}, 0) != row_seed(1, m, 0)
+
+
+def test_context_overflow_is_reported_not_raised(policy):
+    huge = [[{"role": "user", "content": "word " * 5000}]]
+    (gen,) = policy.chat(huge, [TOOLS], SamplingParams(max_new_tokens=4, seed=0), meta(1))
+    assert gen.finish_reason == "context_limit" and gen.prompt_tokens <= 1024 - 4

@@ -1,0 +1,105 @@
+"""Tests of chat formatting: tool renderings, wire messages, the token budget rule, training masks."""
+
+from __future__ import annotations
+
+import pytest
+
+from coevolve.policy.models import resolve_model
+from coevolve.policy.prompts import (
+    SYSTEM_PROMPT, TokenCounter, compact_signature, fit_budget, render_prompt, render_tools,
+    to_wire, tokenize_for_training,
+)
+
+MV = {
+    "name": "mv",
+    "description": "This tool belongs to the Gorilla file system. Tool description: Move a file. Second sentence.",
+    "parameters": {
+        "type": "dict",
+        "properties": {"source": {"type": "string"}, "destination": {"type": "string"},
+                       "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["source", "destination"],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model("tiny"))
+
+
+def test_compact_and_json_renderings():
+    assert compact_signature(MV) == "mv(source: string, destination: string, tags: array[string]=?) - Move a file"
+    assert compact_signature({"type": "function", "function": MV}) == compact_signature(MV)
+    compact, js = render_tools([MV], "compact"), render_tools([MV], "json")
+    assert "mv(source: string" in compact and "<tool_call>" in compact
+    assert '<tools>\n{"type": "function", "function": {"name": "mv"' in js and len(js) > len(compact)
+    assert render_tools([], "compact") == ""
+
+
+def test_wire_messages_merge_tool_results():
+    conv = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "<tool_call>..</tool_call>"},
+            {"role": "tool", "content": "a"}, {"role": "tool", "content": "b"}]
+    wire = to_wire(conv, [MV], "compact")
+    assert [w["role"] for w in wire] == ["system", "user", "assistant", "user"]
+    assert wire[0]["content"].startswith(SYSTEM_PROMPT) and "mv(" in wire[0]["content"]
+    assert wire[3]["content"] == "<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response>"
+    custom = to_wire([{"role": "system", "content": "Be brief."}] + conv, [], "json")
+    assert custom[0] == {"role": "system", "content": "Be brief."}
+
+
+def _history(turns: int, obs: str = "ok") -> list[dict]:
+    msgs = [{"role": "system", "content": "S"}]
+    for t in range(turns):
+        msgs += [{"role": "user", "content": f"request {t} " * 5},
+                 {"role": "assistant", "content": f'<tool_call>{{"name": "ls", "arguments": {{"t": {t}}}}}</tool_call>'},
+                 {"role": "tool", "content": obs}, {"role": "assistant", "content": f"done {t}"}]
+    return msgs
+
+
+def test_budget_truncates_observations_then_drops_oldest_turns():
+    counter = TokenCounter.estimate()
+    msgs = _history(6, obs="x" * 3000)
+    fitted, fits = fit_budget(msgs, [MV], tool_format="compact", budget=400, counter=counter)
+    assert fits
+    assert fitted[0] == msgs[0], "the system message is kept"
+    user = [m for m in fitted if m["role"] == "user"]
+    assert user[-1]["content"].endswith(msgs[-4]["content"]), "the current turn's request is kept"
+    assert "earlier messages omitted]" in user[0]["content"]
+    tool = [m for m in fitted if m["role"] == "tool"]
+    assert tool and all("[... truncated" in m["content"] and len(m["content"]) < 400 for m in tool)
+    short, fits = fit_budget(_history(2), [MV], tool_format="compact", budget=4000, counter=counter)
+    assert fits and short == _history(2), "nothing changes when it fits"
+
+
+def test_budget_drops_current_turn_steps_last():
+    msgs = [{"role": "user", "content": "one request"}]
+    for i in range(30):
+        msgs += [{"role": "assistant", "content": f"call {i} " * 10}, {"role": "tool", "content": f"result {i} " * 10}]
+    fitted, fits = fit_budget(msgs, [], tool_format="compact", budget=300, counter=TokenCounter.estimate())
+    assert fits and fitted[0]["content"].endswith("one request")
+    assert fitted[-1] == msgs[-1] and fitted[-2] == msgs[-2], "the newest step stays"
+    assert fitted[1]["role"] == "assistant", "steps are dropped whole (assistant + its tool results)"
+
+
+def test_render_prompt_never_exceeds_the_budget(tokenizer):
+    for msgs in (_history(8, obs="y" * 5000), [{"role": "user", "content": "z " * 20000}]):
+        p = render_prompt(msgs, [MV], tokenizer, tool_format="compact", max_context_tokens=512, max_new_tokens=64)
+        assert len(p.ids) <= 512 - 64
+    huge = render_prompt([{"role": "user", "content": "z " * 20000}], [MV], tokenizer, tool_format="compact",
+                         max_context_tokens=512, max_new_tokens=64)
+    assert huge.context_limit and huge.prefix_len == 0
+    ok = render_prompt(_history(1), [MV], tokenizer, tool_format="compact", max_context_tokens=2048, max_new_tokens=64)
+    assert not ok.context_limit and ok.text.endswith("<|im_start|>assistant\n")
+    prefix = tokenizer.decode(ok.ids[: ok.prefix_len])
+    assert prefix.startswith("<|im_start|>system") and prefix.rstrip().endswith("<|im_end|>")
+
+
+def test_training_mask_covers_assistant_text(tokenizer):
+    msgs = _history(2)
+    ids, mask = tokenize_for_training(msgs, [MV], tokenizer, tool_format="compact")
+    assert len(ids) == len(mask)
+    learned = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+    assert "done 0" in learned and '"name": "ls"' in learned and "request" not in learned
+    assert tokenizer.decode(ids) == tokenizer.apply_chat_template(to_wire(msgs, [MV], "compact"), tokenize=False)

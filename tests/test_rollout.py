@@ -1,0 +1,232 @@
+"""Tests of the rollout engine against a tiny fake environment (a counter API), with scripted
+policies for exact behaviour and the tiny local model for batching and seeding."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from coevolve.config import PolicyConfig
+from coevolve.envs.base import EpisodeScore, Observation, ToolCall
+from coevolve.policy.base import Generation, SamplingParams
+from coevolve.rollout import run_episodes
+from coevolve.schemas import to_table
+from coevolve.tasks import Task
+
+TOOLS = [
+    {"name": "add", "description": "Add x to the counter.",
+     "parameters": {"type": "dict", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+    {"name": "get", "description": "Read the counter.", "parameters": {"type": "dict", "properties": {}}},
+]
+
+
+class CounterEpisode:
+    """A counter that starts at the task's initial value; turn t passes if the counter then
+    equals ``initial_state["expected"][t]``."""
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.n_turns = len(task.turns)
+        self.value = task.initial_state["value"]
+        self.after_turn: list[int] = []
+
+    def user_message(self, turn):
+        return self.task.turns[turn] or None
+
+    def tools(self, turn):
+        return TOOLS
+
+    def step(self, call: ToolCall) -> Observation:
+        if call.name == "add":
+            self.value += int(call.arguments.get("x", 0))
+            return Observation(json.dumps({"value": self.value}))
+        if call.name == "get":
+            return Observation(json.dumps({"value": self.value}))
+        if call.name == "boom":
+            raise RuntimeError("kaput")
+        if call.name == "sleep":
+            time.sleep(float(call.arguments["s"]))
+            return Observation("slept")
+        return Observation(f"Error: no function {call.name!r}", error="unknown function")
+
+    def end_turn(self):
+        self.after_turn.append(self.value)
+
+    def score(self) -> EpisodeScore:
+        passed = [v == e for v, e in zip(self.after_turn, self.task.initial_state["expected"])]
+        passed += [False] * (self.n_turns - len(passed))
+        return EpisodeScore(success=all(passed), reward=sum(passed) / self.n_turns, turn_passed=passed)
+
+
+class CounterEnv:
+    name = "counter"
+
+    def __init__(self):
+        self.opened: list[CounterEpisode] = []
+
+    def load_tasks(self, categories=None, ids=None, limit=None):
+        return make_tasks(limit or 4)
+
+    def episode(self, task):
+        ep = CounterEpisode(task)
+        self.opened.append(ep)
+        return ep
+
+
+def make_tasks(n: int) -> list[Task]:
+    return [Task(task_id=f"t{i}", env="counter", turns=["add 2", "", "add 3 then read"],
+                 initial_state={"value": i, "expected": [i + 2, i + 2, i + 5]},
+                 reference_actions=[[{"name": "add", "arguments": {"x": 2}}], [],
+                                    [{"name": "add", "arguments": {"x": 3}}, {"name": "get", "arguments": {}}]])
+            for i in range(n)]
+
+
+def call(name: str, **args) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>"
+
+
+class Scripted:
+    """Answers with ``script(meta, conversation)``; records every batch it was given."""
+
+    name, version = "scripted", "script-v1"
+
+    def __init__(self, script):
+        self.script, self.batches, self.metas = script, [], []
+
+    def chat(self, conversations, tools, sampling, meta=None):
+        self.batches.append(len(conversations))
+        self.metas += meta
+        return [Generation(text=self.script(m, c), prompt_tokens=10, completion_tokens=7)
+                for m, c in zip(meta, conversations)]
+
+
+def reference_script(m, conv):
+    """Replays the reference: all calls of the turn in the first message, then a plain answer."""
+    refs = make_tasks(10)[int(m["task_id"][1:])].reference_actions[m["turn"]]
+    if m["step"] == 0 and refs:
+        return "\n".join(call(c["name"], **c["arguments"]) for c in refs)
+    return "Done."
+
+
+def run(policy, tasks, env=None, **kw):
+    kw.setdefault("sampling", SamplingParams())
+    kw.setdefault("step_limit", 4)
+    return run_episodes(policy, env or CounterEnv(), tasks, phase="train", run_id="r", round=1, **kw)
+
+
+def test_reference_replay_succeeds_and_rows_follow_the_schema():
+    tasks = make_tasks(3)
+    seen = []
+    results = run(Scripted(reference_script), tasks, n_samples=2, train_step=5, progress=lambda d, t: seen.append((d, t)))
+    assert [(r.task_id, r.sample_idx) for r in results] == [(t.task_id, s) for t in tasks for s in range(2)]
+    assert all(r.score.success and r.score.reward == 1.0 for r in results)
+    assert seen[-1] == (6, 6) and len(seen) == 6
+    r = results[0]
+    assert [(s["turn"], s["step"], s["action_name"]) for s in r.steps] == [
+        (0, 0, "add"), (0, 1, None), (1, 0, None), (2, 0, "add"), (2, 1, "get"), (2, 2, None)]
+    assert [s["n_tokens"] for s in r.steps] == [7, 7, 7, 7, 0, 7], "a message's tokens count once"
+    assert r.n_generated_tokens == 5 * 7
+    assert all(s["episode_reward"] == 1.0 and s["success"] and s["policy_version"] == "script-v1" for s in r.steps)
+    assert sum(s["step_reward"] for s in r.steps) == pytest.approx(1.0)
+    assert r.steps[3]["observation"] == json.dumps({"value": 5}) and r.steps[3]["action_args"] == '{"x": 3}'
+    assert [m["role"] for m in r.messages][:5] == ["system", "user", "assistant", "tool", "assistant"]
+    assert r.tools == TOOLS
+    table = to_table("rollouts", [s for res in results for s in res.steps])
+    assert table.num_rows == 36 and set(table.column("train_step").to_pylist()) == {5}
+    assert len({res.episode_id for res in results}) == 6
+
+
+def test_samples_share_the_initial_state_but_not_the_episode():
+    env = CounterEnv()
+    run(Scripted(reference_script), make_tasks(2), env=env, n_samples=3)
+    assert len(env.opened) == 6 and len({id(e) for e in env.opened}) == 6
+    assert [e.after_turn[0] for e in env.opened] == [2, 2, 2, 3, 3, 3]
+
+
+def test_parse_errors_are_observations_and_logged():
+    def script(m, conv):
+        return "<tool_call>{oops</tool_call>" if m["step"] == 0 else "I give up."
+
+    (r,) = run(Scripted(script), make_tasks(1))
+    first = r.steps[0]
+    assert first["action_name"] is None and "not valid JSON" in first["parse_error"]
+    assert first["observation"].startswith("Error: ") and r.messages[3]["role"] == "tool"
+    assert r.messages[3]["content"] == first["observation"]
+    assert not r.score.success and all(s["success"] is False for s in r.steps)
+
+
+def test_step_limit_cuts_each_turn():
+    (r,) = run(Scripted(lambda m, c: call("get")), make_tasks(1), step_limit=3)
+    assert [s["finish_reason"] for s in r.steps].count("step_limit") == 3
+    assert all(sum(1 for s in r.steps if s["turn"] == t) == 3 for t in range(3))
+
+
+def test_batches_stay_within_batch_size_and_refill():
+    policy = Scripted(reference_script)
+    run(policy, make_tasks(5), n_samples=2, batch_size=4)
+    assert max(policy.batches) == 4 and policy.batches[0] == 4
+    assert sum(policy.batches) == 10 * 5, "5 model messages per episode"
+    assert {tuple(sorted(m)) for m in policy.metas} == {("sample_idx", "step", "task_id", "turn")}
+
+
+def test_environment_failures_end_only_their_episode():
+    def script(m, conv):
+        if m["task_id"] == "t0" and m["turn"] == 2:
+            return call("boom")
+        if m["task_id"] == "t1" and m["turn"] == 0 and m["step"] == 0:
+            return call("sleep", s=0.5)
+        return reference_script(m, conv)
+
+    bad, slow, good = run(Scripted(script), make_tasks(3), step_timeout_s=0.2)
+    assert bad.finish_reason == "error" and "kaput" in bad.steps[-1]["error"] and not bad.score.success
+    assert bad.steps[-1]["finish_reason"] == "error"
+    assert slow.finish_reason == "time_limit" and slow.steps[-1]["finish_reason"] == "time_limit"
+    assert good.finish_reason is None and good.score.success
+
+
+def test_context_limit_ends_the_episode():
+    class Full(Scripted):
+        def chat(self, conversations, tools, sampling, meta=None):
+            return [Generation(text="", prompt_tokens=0, completion_tokens=0, finish_reason="context_limit")
+                    for _ in conversations]
+
+    (r,) = run(Full(None), make_tasks(1))
+    assert r.finish_reason == "context_limit" and r.steps[-1]["finish_reason"] == "context_limit"
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine OpenMP
+    threads that spin on each other's barriers make them 10-100x slower."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module")
+def tiny_cfg():
+    return PolicyConfig(model="tiny", max_context_tokens=1024)
+
+
+def test_tiny_model_rollouts_are_reproducible_and_batch_independent(tiny_cfg, one_thread):
+    from coevolve.policy import load_policy
+
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12)
+    tasks = make_tasks(3)
+
+    def rows(batch_size, seed=7):
+        policy = load_policy(tiny_cfg)  # a fresh policy: its prefix cache starts empty
+        results = run(policy, tasks, n_samples=2, sampling=sampling, step_limit=2, batch_size=batch_size, seed=seed)
+        assert all(r.steps and r.n_generated_tokens > 0 for r in results)
+        assert all(s["policy_version"] == "tiny" for r in results for s in r.steps)
+        return [[m["content"] for m in r.messages] for r in results]
+
+    first = rows(4)
+    assert rows(4) == first, "same seed, same rollouts"
+    assert rows(6) == first, "a row's sample does not depend on its batch"
+    assert rows(4, seed=8) != first

@@ -1,0 +1,322 @@
+"""Tests of coevolve.signals and sql/signals/*.sql: hand-built logs with planted signals and
+near misses just outside each threshold; the runner (budget, is_new, ids, rewrites); the
+pandas reference of the benchmark; the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pyarrow.dataset as ds
+import pytest
+from typer.testing import CliRunner
+
+from coevolve.config import SignalsConfig
+from coevolve.signals import mine_signals, run_queries, signal_id
+from coevolve.signals_bench import canonical, compare, generate_log, pandas_signals
+from coevolve.sql import connect
+from coevolve.store import Store
+
+RUN = "run"
+_ids = itertools.count()
+
+
+def episode(
+    task: str,
+    success: bool | None = False,
+    *,
+    round: int = 2,
+    reward: float | None = None,
+    actions: list[str | None] = ("a",),
+    turns: list[int] | None = None,
+    parse_errors: tuple[int, ...] = (),
+    phase: str = "train",
+    run: str = RUN,
+    epoch: int | None = 0,
+    train_step: int | None = 0,
+    args: str | None = None,
+) -> list[dict]:
+    """Step rows of one episode; success and reward are repeated on every step, as logged."""
+    eid = f"e{next(_ids):04d}"
+    if reward is None and success is not None:
+        reward = 1.0 if success else 0.0
+    turns = turns or [0] * len(actions)
+    rows = []
+    for i, name in enumerate(actions):
+        step = sum(1 for t in turns[:i] if t == turns[i])
+        rows.append(
+            dict(run_id=run, round=round, phase=phase, task_id=task, episode_id=eid, sample_idx=0,
+                 train_step=train_step, epoch=epoch, turn=turns[i], step=step, action_name=name,
+                 action_args=args, parse_error="bad json" if i in parse_errors else None,
+                 episode_reward=reward, success=success)
+        )
+    return rows
+
+
+def group(task: str, outcomes: list, **kw) -> list[dict]:
+    """One episode per outcome (a success flag, or (success, reward))."""
+    rows = []
+    for o in outcomes:
+        success, reward = o if isinstance(o, tuple) else (o, None)
+        rows += episode(task, success, reward=reward, **kw)
+    return rows
+
+
+def make_store(tmp_path, rows: list[dict]) -> Store:
+    store = Store(str(tmp_path / "store"))
+    for r in sorted({row["round"] for row in rows}):
+        store.write("rollouts", r, "log", [row for row in rows if row["round"] == r])
+    return store
+
+
+def found(store: Store, round: int = 2, **cfg) -> dict:
+    return run_queries(connect(store), SignalsConfig(**cfg), RUN, round)
+
+
+def keys(table, col: str = "task_id") -> set:
+    return set(table.column(col).to_pylist())
+
+
+# --------------------------------------------------------------------------- forgetting
+@pytest.fixture
+def forgetting_log(tmp_path):
+    T, F = True, False
+    rows = (
+        group("forgot", [T] * 4, round=1) + group("forgot", [F] * 4, round=2)
+        + group("half_before", [T, T, F, F], round=1) + group("half_before", [F] * 4)   # 0.5 counts
+        + group("below_before", [T, F, F, F], round=1) + group("below_before", [F] * 4)  # 0.25: miss
+        + group("not_zero_now", [T] * 4, round=1) + group("not_zero_now", [T, F, F, F])  # now 0.25: miss
+        + group("within_round", [T] * 4, epoch=0, train_step=1)
+        + group("within_round", [F] * 4, epoch=1, train_step=7)
+        + group("one_sample", [T], round=1) + group("one_sample", [F])
+        + group("one_round_only", [F] * 4)
+        + group("all_fail", [F] * 4, round=1) + group("all_fail", [F] * 4)
+        + group("null_now", [T] * 4, round=1) + group("null_now", [None] * 4)
+        + group("stale", [T] * 4, round=1)  # not observed in round 2: nothing to say now
+        + group("recovered", [T] * 4, round=1) + group("recovered", [F] * 4, epoch=0)
+        + group("recovered", [T] * 4, epoch=1)
+        + group("eval_leak", [T] * 4, round=1) + group("eval_leak", [T] * 4)
+        + group("eval_leak", [F] * 4, phase="eval", epoch=None, train_step=None)
+        + group("other_run", [T] * 4, round=1, run="other") + group("other_run", [F] * 4)
+        + group("future", [T] * 4, round=1) + group("future", [F] * 4) + group("future", [T] * 4, round=3)
+        # many steps per episode, all failing to parse: still episodes that failed
+        + group("parse_errors", [T] * 2, round=1, actions=["a", "b"])
+        + group("parse_errors", [F] * 2, actions=["a", "b"], parse_errors=(0, 1))
+    )
+    return make_store(tmp_path, rows)
+
+
+def test_forgetting_recovers_exactly_the_planted_tasks(forgetting_log):
+    got = found(forgetting_log)["forgetting"]
+    assert keys(got) == {"forgot", "half_before", "within_round", "one_sample", "future", "parse_errors"}
+    rec = {r["task_id"]: r for r in got.to_pylist()}
+    assert rec["forgot"]["score"] == 1.0 and rec["half_before"]["score"] == 0.5
+    assert (rec["forgot"]["before_rate"], rec["forgot"]["before_n"], rec["forgot"]["before_round"]) == (1.0, 4, 1)
+    assert (rec["forgot"]["now_rate"], rec["forgot"]["now_n"]) == (0.0, 4)
+    failing = forgetting_log.read("rollouts", filter=(ds.field("task_id") == "forgot") & (ds.field("round") == 2))
+    assert rec["forgot"]["failing_episode_id"] == min(failing.column("episode_id").to_pylist())
+    w = rec["within_round"]
+    assert (w["before_round"], w["before_epoch"], w["before_step"], w["now_epoch"], w["now_step"]) == (2, 0, 1, 1, 7)
+    assert rec["one_sample"]["before_n"] == rec["one_sample"]["now_n"] == 1
+    assert got.column("score").to_pylist() == sorted(got.column("score").to_pylist(), reverse=True)
+
+
+def test_forgetting_parameters(forgetting_log):
+    assert "eval_leak" in keys(found(forgetting_log, phases=["train", "eval"])["forgetting"])
+    assert "below_before" in keys(found(forgetting_log, forget_before_min=0.25)["forgetting"])
+    assert "not_zero_now" in keys(found(forgetting_log, forget_now_max=0.25)["forgetting"])
+    assert keys(found(forgetting_log, round=1)["forgetting"]) == set()
+    assert "future" not in keys(found(forgetting_log, round=3)["forgetting"])
+
+
+# --------------------------------------------------------------------------- boundary
+@pytest.fixture
+def boundary_log(tmp_path):
+    T, F = True, False
+    rows = (
+        group("mixed", [T, T, F, F], actions=["a", "b", "c"])  # 3 steps per episode, 4 episodes
+        + group("lopsided", [T, F, F, F])
+        + group("three_samples", [T, F, F])  # miss: 3 < 4 samples
+        + group("all_fail", [F] * 4)
+        + group("all_success", [T] * 6)
+        + group("partial", [(F, 0.0), (F, 0.0), (F, 0.5), (F, 0.5)])  # reward std exactly 0.25
+        + group("partial_low", [(F, 0.0), (F, 0.0), (F, 0.49), (F, 0.49)])  # std 0.245: miss
+        + group("null_rewards", [(F, None)] * 4)
+        + group("null_success", [(None, 0.0), (None, 1.0), (None, 0.0), (None, 1.0)])  # rewards still vary
+        + group("half_null", [(T, 1.0), (F, 0.0), (None, None), (None, None)])  # 2 scored: miss
+        + group("one_sample", [T])
+        + group("earlier_round", [T, T, F, F], round=1)
+        + group("across_steps", [T, T], epoch=0, train_step=0) + group("across_steps", [F, F], epoch=1, train_step=3)
+        + group("eval_leak", [T] * 4) + group("eval_leak", [F] * 4, phase="eval", epoch=None, train_step=None)
+        + group("other_run", [T] * 4) + group("other_run", [F] * 4, run="other")
+        + group(None, [T, T, F, F])  # no task to explore from
+    )
+    return make_store(tmp_path, rows)
+
+
+def test_boundary_recovers_exactly_the_planted_tasks(boundary_log):
+    got = found(boundary_log)["boundary"]
+    assert keys(got) == {"mixed", "lopsided", "partial", "null_success", "across_steps"}
+    rec = {r["task_id"]: r for r in got.to_pylist()}
+    assert (rec["mixed"]["score"], rec["mixed"]["n"], rec["mixed"]["rate"]) == (0.25, 4, 0.5)
+    assert rec["lopsided"]["score"] == pytest.approx(0.1875)
+    assert rec["partial"]["score"] == pytest.approx(0.0625) and rec["partial"]["rate"] == 0.0
+    assert rec["null_success"]["n_success"] == 0 and rec["null_success"]["score"] == pytest.approx(0.25)
+    assert rec["across_steps"]["n"] == 4
+    # the failing episode is one of the task's failures
+    failing = boundary_log.read("rollouts", filter=(ds.field("task_id") == "mixed") & (ds.field("success") == False))  # noqa: E712
+    assert rec["mixed"]["failing_episode_id"] == min(failing.column("episode_id").to_pylist())
+
+
+def test_boundary_parameters(boundary_log):
+    assert "three_samples" in keys(found(boundary_log, boundary_min_samples=3)["boundary"])
+    assert "partial_low" in keys(found(boundary_log, boundary_reward_std=0.24)["boundary"])
+    assert "partial" not in keys(found(boundary_log, boundary_reward_std=0.26)["boundary"])
+    assert "eval_leak" in keys(found(boundary_log, phases=["train", "eval"])["boundary"])
+    assert keys(found(boundary_log, round=1)["boundary"]) == {"earlier_round"}
+
+
+# --------------------------------------------------------------------------- rare
+@pytest.fixture
+def rare_log(tmp_path):
+    alternating = ["a", "b"] * 5 + ["a"]  # 10 bigrams: a > b five times, b > a five times
+    rows = []
+    for i in range(40):
+        rows += episode(f"common{i % 5}", actions=alternating)
+    rows += episode("tx1", actions=["x", "y"]) + episode("tx2", actions=["x", "y"])  # planted
+    rows += episode("ts", actions=["s", "t"]) + episode("ts", actions=["s", "t"] * 4)  # s > t: 5 times
+    rows += episode("tu", actions=["u", "v"] * 3) + episode("tu", actions=["u", "v"] * 3)  # u > v: 6, v > u: 4
+    rows += episode("tp", actions=["p", "q", "p", "q"])  # one episode only
+    rows += episode("tc", actions=["c", "d", "e"], parse_errors=(1,)) + episode("tc", actions=["c", "d", "e"], parse_errors=(1,))
+    rows += episode("tg", actions=["g", None, "h"], turns=[0, 0, 1]) + episode("tg", actions=["g", None, "h"], turns=[0, 0, 1])
+    rows += episode("tev", actions=["ev1", "ev2"], phase="eval") + episode("tev", actions=["ev1", "ev2"], phase="eval")
+    rows += episode("to", actions=["o1", "o2"]) + episode("to", actions=["o1", "o2"], run="other")
+    rows += episode("tr1", actions=["x", "y"], round=1) + episode("tr1", actions=["r1", "r2"], round=1)
+    total = 400 + 2 + 8 + 10 + 3 + 2 + 2 + 1
+    return make_store(tmp_path, rows), total
+
+
+def test_rare_recovers_exactly_the_planted_patterns(rare_log):
+    store, total = rare_log
+    got = found(store, rare_max_share=5 / total)["rare"]  # s > t sits exactly at the share threshold
+    assert keys(got, "pattern") == {"x > y", "s > t", "v > u", "c > e", "g > h"}
+    rec = {r["pattern"]: r for r in got.to_pylist()}
+    xy = rec["x > y"]
+    assert (xy["n_occurrences"], xy["n_episodes"], xy["total"], xy["actions"]) == (2, 2, total, ["x", "y"])
+    assert xy["task_ids"] == ["tx1", "tx2"] and len(xy["episode_ids"]) == 2
+    assert xy["score"] == pytest.approx(total / 2) and xy["share"] == pytest.approx(2 / total)
+    assert rec["s > t"]["n_occurrences"] == 5 and rec["s > t"]["n_episodes"] == 2
+
+
+def test_rare_parameters(rare_log):
+    store, total = rare_log
+    with_errors = keys(found(store, rare_max_share=5 / total, include_parse_errors=True)["rare"], "pattern")
+    assert {"c > d", "d > e"} <= with_errors and "c > e" not in with_errors
+    assert "ev1 > ev2" in keys(found(store, rare_max_share=5 / total, phases=["train", "eval"])["rare"], "pattern")
+    assert "p > q" in keys(found(store, rare_max_share=5 / total, rare_min_episodes=1)["rare"], "pattern")
+    assert "s > t" not in keys(found(store, rare_max_share=4.99 / total)["rare"], "pattern")
+    unigrams = found(store, rare_n=1, rare_max_share=0.05)["rare"]
+    assert {"x", "y", "s"} <= keys(unigrams, "pattern") and not {"a", "p"} & keys(unigrams, "pattern")
+    trigrams = keys(found(store, rare_n=3, rare_max_share=0.05)["rare"], "pattern")
+    assert "u > v > u" in trigrams and "s > t > s" not in trigrams  # s > t > s: one episode only
+    limited = found(store, rare_max_share=5 / total, evidence_limit=1)["rare"].to_pylist()
+    assert all(len(r["task_ids"]) == 1 and len(r["episode_ids"]) == 1 for r in limited)
+    assert keys(found(store, round=1, rare_max_share=1.0)["rare"], "pattern") == set()  # one episode each
+
+
+def test_rare_patterns_with_argument_keys(tmp_path):
+    rows = []
+    for i in range(2):
+        rows += episode("t1", actions=["cd"], args='{"folder": "x", "a": 1}') + episode("t1", actions=["ls"], args="{}")
+        rows += episode("t2", actions=["cd", "ls"], args='{"b": 2, "a": 1}')
+        rows += episode("t3", actions=["cd", "ls"], args="not json")
+    got = found(make_store(tmp_path, rows), rare_with_arg_keys=True, rare_max_share=1.0)["rare"].to_pylist()
+    assert {r["pattern"]: r["actions"] for r in got} == {
+        "cd(a,b) > ls(a,b)": ["cd", "ls"],
+        "cd() > ls()": ["cd", "ls"],
+    }
+
+
+# --------------------------------------------------------------------------- the runner
+def test_mine_signals_budget_is_new_ids_and_rewrites(tmp_path):
+    T, F = True, False
+    round1 = group("b1", [T, F, F, F], round=1) + group("b2", [T, T, F, F], round=1) + group("b3", [T, T, F, F], round=1)
+    round1 += group("b0", [T, T, F, F], round=1) + group("f1", [T] * 4, round=1)
+    round2 = group("b2", [T, T, F, F]) + group("b3", [T] * 4) + group("b4", [T, T, F, F]) + group("f1", [F] * 4)
+    store = make_store(tmp_path, round1 + round2)
+    cfg = SignalsConfig(budget_per_type=3)
+
+    first = mine_signals(store, cfg, RUN, 1)
+    assert first.column("task_id").to_pylist() == ["b0", "b2", "b3"]  # ties by task id; b1 ranks below
+    assert first.column("rank").to_pylist() == [1, 2, 3] and all(first.column("is_new").to_pylist())
+    assert first.column("signal_id").to_pylist()[0] == signal_id(1, "boundary", "b0")
+
+    second = mine_signals(store, cfg, RUN, 2)
+    rows = [(r["signal_type"], r["task_id"], r["is_new"]) for r in second.to_pylist()]
+    # b3 no longer holds: not emitted again; b2 still holds: emitted, not new
+    assert rows == [("forgetting", "f1", True), ("boundary", "b2", False), ("boundary", "b4", True)]
+    evidence = json.loads(second.to_pylist()[0]["evidence"])
+    assert evidence["before_rate"] == 1.0 and evidence["now_rate"] == 0.0 and evidence["failing_episode_id"]
+
+    again = mine_signals(store, cfg, RUN, 2)
+    assert again.equals(second)
+    stored = store.read("signals", filter=ds.field("round") == 2)
+    assert stored.num_rows == 3 and len(set(stored.column("signal_id").to_pylist())) == 3
+    assert mine_signals(store, SignalsConfig(budget_per_type=0), RUN, 2).num_rows == 0
+
+
+def test_mine_signals_on_an_empty_store(tmp_path):
+    assert mine_signals(Store(str(tmp_path / "empty")), SignalsConfig(), RUN, 1).num_rows == 0
+
+
+def test_mine_signals_over_s3(s3_endpoint, s3_bucket):
+    store = Store(f"s3://{s3_bucket}/cv", endpoint_url=s3_endpoint)
+    rows = group("b", [True, True, False, False]) + episode("x", actions=["x", "y"]) + episode("y", actions=["x", "y"])
+    rows += group("c", [True] * 3, actions=["a", "b", "a", "b", "a"])
+    for r in (1, 2):
+        store.write("rollouts", r, "log", [row | {"round": r} for row in rows])
+    table = mine_signals(store, SignalsConfig(rare_max_share=0.2), RUN, 2)
+    assert {(r["signal_type"], r["task_id"] or r["pattern"]) for r in table.to_pylist()} == {
+        ("boundary", "b"), ("rare", "x > y")
+    }
+    assert store.read("signals").num_rows == 2
+
+
+# --------------------------------------------------------------------------- reference and CLI
+def test_pandas_reference_matches_sql_on_a_synthetic_log(tmp_path):
+    planted = generate_log(tmp_path, 60_000, rounds=3, chunk_rows=20_000)
+    con = connect(Store(str(tmp_path)))
+    for cfg in (SignalsConfig(), SignalsConfig(rare_n=3, include_parse_errors=True, phases=["train", "eval"])):
+        for r in (1, 3):
+            sql = canonical(run_queries(con, cfg, "bench", r))
+            assert compare(sql, canonical(pandas_signals(tmp_path, cfg, "bench", r))) == []
+    sql = canonical(run_queries(con, SignalsConfig(), "bench", 3))
+    assert {t for t in planted.forgetting} <= {r["task_id"] for r in sql["forgetting"]}
+    assert planted.rare in {r["pattern"] for r in sql["rare"]}
+    assert sql["boundary"] and sql["forgetting"]
+
+
+def test_compare_reports_differences():
+    a = {"forgetting": [{"task_id": "t", "score": 1.0}], "boundary": [], "rare": [{"pattern": "p", "score": 2.0}]}
+    b = {"forgetting": [{"task_id": "t", "score": 0.5}], "boundary": [{"task_id": "u", "score": 1.0}], "rare": [{"pattern": "p", "score": 2.0}]}
+    problems = compare(a, b)
+    assert len(problems) == 2 and "score" in problems[0] and "only pandas ['u']" in problems[1]
+
+
+def test_cli_signals_and_bench(forgetting_log, tmp_path):
+    from coevolve.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["signals", "--store", forgetting_log.uri, "--round", "2", "--run", RUN, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output.splitlines()[-1])
+    assert {r["task_id"] for r in rows if r["signal_type"] == "forgetting"} == {
+        "forgot", "half_before", "within_round", "one_sample", "future", "parse_errors"
+    }
+    res = runner.invoke(app, ["signals", "--store", forgetting_log.uri, "--round", "2", "--run", RUN, "--set", "budget_per_type=1", "--mine"])
+    assert res.exit_code == 0, res.output
+    assert "1 forgetting" in res.output and "forgot" in res.output
+
+    res = runner.invoke(app, ["bench", "signals", "--rows", "30000", "--store", str(tmp_path / "bench")])
+    assert res.exit_code == 0, res.output
+    assert "results identical" in res.output and "forgetting" in res.output and "recovered" in res.output

@@ -1,0 +1,269 @@
+"""Validation: dual pass, duplicates, safety, difficulty band; and the embedded-default round
+(rule explorer, template abstractor, BFCL) from 20 hand-built signals to a committed pool."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+
+import pyarrow.dataset as ds
+import pytest
+
+from coevolve.abstract import abstract
+from coevolve.config import ConfigError, load_config
+from coevolve.envs.base import ToolCall
+from coevolve.envs.bfcl import BfclEnvironment
+from coevolve.explore import explore, start_task
+from coevolve.tasks import Task
+from coevolve.validate import (
+    Attempts,
+    SafetyPolicy,
+    _verdict,
+    summarize_candidates,
+    validate,
+    validate_rows,
+)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return BfclEnvironment()
+
+
+@pytest.fixture(scope="module")
+def seed(env):
+    return env.load_tasks(["multi_turn_base"], limit=1)[0]  # document/final_report.pdf, previous_report.pdf
+
+
+def _candidate(seed, turns, reference, cid="c", **extra):
+    task = dataclasses.replace(start_task(seed), task_id=f"{seed.task_id}~{cid}", turns=turns, reference_actions=reference,
+                               origin="explored", signal_type="boundary", seed_task_id=seed.task_id)
+    return {"run_id": "t", "candidate_id": cid, "signal_id": "s", "signal_type": "boundary",
+            "context_task_id": seed.task_id, "source_run": 0, "spec": task.to_json(), "n_turns": len(turns),
+            "content_hash": task.content_hash, **extra}
+
+
+def _reference_solver(tasks, scores):
+    return [Attempts([s.reward], [s.success]) for s in scores]
+
+
+CD = {"name": "cd", "arguments": {"folder": "document"}}
+MK = {"name": "mkdir", "arguments": {"dir_name": "temp"}}
+
+
+def test_each_check_rejects_with_its_reason(env, seed):
+    pool = [dataclasses.replace(seed, split="train").to_row()]
+    rows = [
+        _candidate(seed, ["Go to document, make temp."], [[CD, MK]], "ok"),
+        _candidate(seed, ["Go to document, make temp."], [[CD, MK]], "same"),  # batch duplicate of "ok"
+        _candidate(seed, ["Go to document.", "Make temp."], [[CD], [MK]], "near"),  # same calls, other turns
+        _candidate(seed, seed.turns, seed.reference_actions, "pooled"),  # the seed itself
+        _candidate(seed, ["Delete it."], [[CD, {"name": "rm", "arguments": {"file_name": "final_report.pdf"}}]], "rm"),
+        _candidate(seed, ["Post."], [[{"name": "post_tweet", "arguments": {"content": "my password is x"}}]], "leak"),
+        _candidate(seed, ["Go nowhere."], [[{"name": "cd", "arguments": {"folder": "nowhere"}}]], "bad-call"),
+        _candidate(seed, ["Call a ghost."], [[{"name": "ghost", "arguments": {}}]], "ghost"),
+        {**_candidate(seed, ["x"], [[CD]], "broken"), "spec": '{"turns": ["x"]'},
+        _candidate(seed, ["a", "b"], [[CD]], "mismatch"),
+        {**_candidate(seed, ["x"], [[CD]], "judged"), "verdict": "rejected", "reason": "llm abstractor: malformed output"},
+    ]
+    cfg = load_config()
+    out = {r["candidate_id"]: r for r in validate_rows(rows, pool, env, cfg, _reference_solver)}
+    assert out["ok"]["verdict"] == "accepted" and out["ok"]["success"] and out["ok"]["reward"] == 1.0
+    kinds = {cid: r["reason"].split(":")[0] for cid, r in out.items() if r["verdict"] == "rejected"}
+    assert kinds == {
+        "same": "duplicate", "near": "near-duplicate", "pooled": "duplicate", "rm": "unsafe", "leak": "unsafe",
+        "bad-call": "replay", "ghost": "replay", "broken": "spec", "mismatch": "spec", "judged": "llm abstractor",
+    }
+    assert "blocked function rm" in out["rm"]["reason"] and "post_tweet.content" in out["leak"]["reason"]
+    assert "No such" in out["bad-call"]["reason"] and out["pooled"]["reason"].endswith(seed.task_id)
+    summary = summarize_candidates(__import__("coevolve.schemas", fromlist=["x"]).to_table("candidates", list(out.values())))
+    assert summary["accepted"] == 1 and summary["candidates"] == 11 and summary["pass_rate"] == round(1 / 11, 4)
+    assert summary["rejections"]["unsafe"] == 2 and summary["rejections"]["replay"] == 2
+    assert summary["accepted_by_signal_type"] == {"boundary": 1} and summary["accepted_turns"] == {"1": 1}
+
+
+def test_a_reference_whose_result_cannot_be_reproduced_fails_the_first_pass(env, seed):
+    # the reference of turn 0 lists 'temp', which only exists after turn 1's mkdir: replay
+    # runs it without error but it does not reach the goal it claims
+    rows = [_candidate(seed, ["a", "b"], [[CD, {"name": "cd", "arguments": {"folder": "temp"}}], [MK]], "order")]
+    out = validate_rows(rows, [], env, load_config(), _reference_solver)
+    assert out[0]["verdict"] == "rejected" and out[0]["reason"].startswith("replay")
+
+
+def test_dual_pass_keeps_partial_reward_and_the_band_drops_the_trivial():
+    assert _verdict(Attempts([0.0, 0.5], [False, False]), band=False)["verdict"] == "accepted"
+    assert _verdict(Attempts([0.0, 0.0], [False, False]), band=False)["reason"].startswith("solver: no reward")
+    assert _verdict(Attempts([1.0, 1.0], [True, True]), band=False)["verdict"] == "accepted"
+    assert _verdict(Attempts([1.0, 1.0], [True, True]), band=True)["reason"].startswith("too easy")
+    assert _verdict(Attempts([1.0, 0.0], [True, False]), band=True)["verdict"] == "accepted"
+
+
+def test_policy_solver_attempts_decide_the_verdict(env, seed):
+    rows = [_candidate(seed, ["a"], [[CD]], "solved"), _candidate(seed, ["b"], [[MK]], "hopeless")]
+
+    def solver(tasks, scores):  # a stand-in policy: solves the first task once in two tries
+        return [Attempts([1.0, 0.0], [True, False]), Attempts([0.0, 0.0], [False, False])]
+
+    cfg = load_config(overrides={"validate.solver": "policy", "validate.attempts": 2, "validate.difficulty_band": True})
+    out = {r["candidate_id"]: r for r in validate_rows(rows, [], env, cfg, solver)}
+    assert out["solved"]["verdict"] == "accepted" and out["hopeless"]["reason"] == "solver: no reward in 2 attempts"
+
+
+def test_safety_rules_and_config_errors_are_clear(seed):
+    policy = SafetyPolicy(["rm"], [r"send_message.message~(?i)password", r"*.amount~^\d{7,}"])
+    task = dataclasses.replace(seed, reference_actions=[[{"name": "fund_account", "arguments": {"amount": 12345678}}]])
+    assert policy.check(task) == "unsafe: fund_account.amount matches '^\\\\d{7,}'"
+    assert policy.check(dataclasses.replace(seed, reference_actions=[[CD]])) is None
+    with pytest.raises(ConfigError, match="difficulty_band"):
+        load_config(overrides={"validate.difficulty_band": True})
+    with pytest.raises(ConfigError, match="function.argument~regex"):
+        load_config(overrides={"validate.blocked_arguments": ["no-tilde"]})
+    with pytest.raises(ConfigError, match="validate.solver"):
+        load_config(overrides={"validate.solver": "oracle"})
+
+
+def _replay_from_pool(env, row) -> bool:
+    """Independent of coevolve.validate: a fresh episode from the pool row, its reference
+    calls step by step, BFCL's verdict at the end."""
+    task = Task.from_row(row)
+    ep = BfclEnvironment().episode(task)
+    for turn, calls in enumerate(task.reference_actions):
+        ep.user_message(turn)
+        for call in calls:
+            ep.step(ToolCall(call["name"], call["arguments"]))
+        ep.end_turn()
+    return ep.score().success
+
+
+def test_embedded_default_round_from_20_signals(signal_store, env):
+    """Done-when: rule explorer + template abstractor + BFCL, 20 signals of all three types,
+    accepted tasks of every type; each accepted task, committed to the pool and replayed in
+    a fresh environment from the pool alone, reaches its goal."""
+    seeds = env.load_tasks(["multi_turn_base", "multi_turn_miss_func", "multi_turn_long_context"])
+    seeds = [t for i, t in enumerate(seeds) if i % 30 == 0][:20]
+    store = signal_store(seeds)
+    cfg = load_config(overrides={"store": store.uri, "run_name": "t"})
+    signals = store.read("signals").to_pylist()
+    assert len(signals) == 20 and set(Counter(s["signal_type"] for s in signals)) == {"forgetting", "boundary", "rare"}
+
+    n_steps = explore(store, cfg, "t", 1)
+    assert n_steps == 20 * cfg.explore.runs_per_context * cfg.explore.steps_per_run
+    assert abstract(store, cfg, "t", 1) == 20 * cfg.explore.runs_per_context
+    table = validate(store, cfg, "t", 1, None)
+    rows = table.to_pylist()
+    assert len(rows) == 40 and all(r["verdict"] in ("accepted", "rejected") and r["reason"] for r in rows)
+    # the part was rewritten in place, not appended to
+    assert store.read("candidates", filter=ds.field("round") == 1).num_rows == 40
+    summary = summarize_candidates(table)
+    assert set(summary["accepted_by_signal_type"]) == {"forgetting", "boundary", "rare"}
+    assert summary["accepted"] >= 20
+
+    # commit the accepted specs as the lead's commit stage does, then replay from the pool alone
+    accepted = [Task.from_json(r["spec"]).to_row() for r in rows if r["verdict"] == "accepted"]
+    store.commit_pool(run_id="t", round=1, new_tasks=accepted, expected_parent=store.latest_pool().version)
+    pool = [r for r in store.pool_tasks().to_pylist() if r["origin"] == "explored"]
+    assert len(pool) == summary["accepted"]
+    assert all(_replay_from_pool(env, r) for r in pool)
+    assert {r["category"] for r in pool} <= {s.category for s in seeds}
+    # rare tasks practise their pattern
+    rare = {s["signal_id"]: s["pattern"].split(" > ") for s in signals if s["signal_type"] == "rare"}
+    practised = 0
+    for r in rows:
+        if r["verdict"] == "accepted" and r["signal_id"] in rare:
+            names = [c["name"] for turn in json.loads(json.loads(r["spec"])["reference_actions"]) for c in turn]
+            practised += any(names[i : i + 2] == rare[r["signal_id"]] for i in range(len(names) - 1))
+    assert practised >= 1
+
+
+# ----------------------------------------------------------------------------- llm explorer + abstractor over HTTP
+class _ScriptedEndpoint:
+    """An OpenAI-compatible ``/v1/chat/completions`` on loopback playing a capable LLM that
+    also misbehaves: the explorer gets calls that reuse observed names, chatter without a
+    call and broken JSON; the abstractor gets a valid spec for logs of an even number of calls, else junk."""
+
+    def __init__(self):
+        import http.server
+        import re
+        import threading
+
+        endpoint = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                text = endpoint.reply(body["messages"], re)
+                out = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def reply(self, messages, re):
+        system, last = messages[0]["content"], messages[-1]["content"]
+        if system.startswith("You write training tasks"):
+            calls = [{"name": m.group(1), "arguments": json.loads(m.group(2))}
+                     for m in re.finditer(r"^\d+\. (\w+)\((\{.*?\})\) ->", last, re.M)]
+            if len(calls) % 2:
+                return '{"turns": [{"instruction": "Do it", "calls": ['
+            half = len(calls) // 2
+            return "```json\n" + json.dumps({"turns": [
+                {"instruction": f"Please run {', '.join(c['name'] for c in calls[:half])} with {json.dumps(calls[:half])}.", "calls": calls[:half]},
+                {"instruction": f"Now {', '.join(c['name'] for c in calls[half:])} with {json.dumps(calls[half:])}.", "calls": calls[half:]},
+            ]}) + "\n```"
+        step = sum(m["role"] == "assistant" for m in messages)
+        listed = re.findall(r'"current_directory_content": \[([^\]]*)\]', "\n".join(m["content"] for m in messages))
+        names = re.findall(r'"([^"]+)"', listed[-1]) if listed else []
+        script = [
+            '<tool_call>{"name": "ls", "arguments": {}}</tool_call>',
+            "Let me think about what to do next.",
+            '<tool_call>{"name": "cd", "arguments": {"folder": %s}}</tool_call>' % json.dumps(names[0] if names else "x"),
+            '<tool_call>{"name": "ls", "arguments": {"a": true}}</tool_call>',
+            "<tool_call>{'name': broken</tool_call>",
+            '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>',
+        ]
+        return script[step % len(script)]
+
+
+@pytest.fixture(scope="module")
+def scripted_endpoint():
+    ep = _ScriptedEndpoint()
+    yield ep.url
+    ep.server.shutdown()
+
+
+def test_llm_explorer_and_abstractor_round_over_http(signal_store, env, scripted_endpoint):
+    seeds = env.load_tasks(["multi_turn_base"], limit=6)
+    store = signal_store(seeds)
+    cfg = load_config(overrides={
+        "store": store.uri, "run_name": "t", "explore.explorer": "llm", "explore.base_url": scripted_endpoint,
+        "explore.model": "scripted", "explore.steps_per_run": 6, "abstract.abstractor": "llm",
+        "abstract.base_url": scripted_endpoint, "abstract.model": "scripted", "validate.solver": "explorer",
+    })
+    assert explore(store, cfg, "t", 1) == 6 * 2 * 6
+    steps = store.read("explorations").to_pylist()
+    failed = Counter(r["error"].split(":")[0] for r in steps if r["action_name"] is None)
+    assert failed["no tool call in the reply"] == 12 and failed["no valid tool call"] == 12
+    # the third step reuses a name the first step's listing showed
+    first = {(r["signal_id"], r["run_idx"]): r["observation"] for r in steps if r["step"] == 0}
+    cds = [r for r in steps if r["action_name"] == "cd"]
+    assert len(cds) == 12 and sum(r["error"] is None for r in cds) >= 6
+    assert all(json.loads(r["action_args"])["folder"] in first[(r["signal_id"], r["run_idx"])] + "x" for r in cds)
+    assert abstract(store, cfg, "t", 1) == 12
+    table = validate(store, cfg, "t", 1, None)
+    rows = table.to_pylist()
+    assert all(r["verdict"] in ("accepted", "rejected") and r["reason"] for r in rows)
+    summary = summarize_candidates(table)
+    assert summary["accepted"] >= 1 and set(summary["accepted_by_signal_type"]) <= {"forgetting", "boundary", "rare"}
+    kinds = Counter(r["reason"].split(":")[0] for r in rows if r["verdict"] == "rejected")
+    assert set(kinds) <= {"llm abstractor", "duplicate", "near-duplicate", "solver", "replay"} and kinds["llm abstractor"] >= 2
+    assert any(r["reason"].startswith("accepted: partial reward") for r in rows)  # the explorer LLM as solver
