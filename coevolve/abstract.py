@@ -7,7 +7,7 @@ reference calls per turn. An abstractor (registry kind ``"abstractor"``) writes 
 - ``template``: no LLM; one sentence per successful call, from the function doc's
   description and the call's arguments; the calls are split into 1..``max_turns`` turns;
 - ``llm``: an OpenAI-compatible model returns the turns and calls as JSON, checked against
-  a schema (``coevolve.abstractors.llm``).
+  a schema (``check_spec``); the start state is the run's, never the model's.
 
 Every run yields a ``candidates`` row (part ``<run_id>-candidates``): pending (verdict
 NULL) with its spec, or already ``rejected`` with the reason (a useless run, malformed LLM
@@ -46,16 +46,14 @@ class Run:
     docs: dict[str, dict[str, Any]]  # function name -> BFCL function doc
 
     def successful_calls(self) -> list[Call]:
-        """The calls that ran without error, consecutive repeats dropped: failed calls leave
-        the state unchanged, so the rest replays the same from the start state."""
-        calls: list[Call] = []
-        for s in self.steps:
-            if s["action_name"] is None or s["error"] is not None:
-                continue
-            call = {"name": s["action_name"], "arguments": json.loads(s["action_args"] or "{}")}
-            if not calls or calls[-1] != call:
-                calls.append(call)
-        return calls
+        """The calls that ran without error, in order. Failed calls leave the state
+        unchanged, so these replay the same from the start state (repeats stay: ``cd a``
+        twice is two moves)."""
+        return [
+            {"name": s["action_name"], "arguments": json.loads(s["action_args"] or "{}")}
+            for s in self.steps
+            if s["action_name"] is not None and s["error"] is None
+        ]
 
 
 class Abstractor(Protocol):

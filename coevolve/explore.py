@@ -18,7 +18,6 @@ of the ``explorations`` table (part ``<run_id>-explore`` of the round).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import re
@@ -218,25 +217,25 @@ def signal_contexts(
 
 
 def random_contexts(n: int, pool: list[Task], rng: random.Random, avoid: frozenset[str]) -> list[ExploreContext]:
-    """``n`` contexts on uniformly drawn pool tasks with uniformly drawn tools (the ablation baseline)."""
-    contexts = []
-    for i in range(n):
-        task = rng.choice(pool)
-        tools = [t for t in task.tools if t not in avoid]
-        focus = rng.sample(tools, k=min(2, len(tools)))
-        contexts.append(ExploreContext(f"random-{i:04d}", "random", task, focus, avoid=avoid))
-    return contexts
+    """``n`` contexts on uniformly drawn pool tasks, no focus (the ablation baseline: the
+    ``random`` explorer then draws a tool uniformly at every step)."""
+    return [ExploreContext(f"random-{i:04d}", "random", rng.choice(pool), [], avoid=avoid) for i in range(n)]
 
 
 # ----------------------------------------------------------------------------- running
 def start_task(task: Task) -> Task:
-    """The context task as exploration (and the tasks it yields) start from it: every tool
-    available from the first step. BFCL's miss_func entries hold some functions back until
-    a later turn (``missed_function``); a synthesized task has its own turns, so it drops that."""
-    state = {k: v for k, v in task.initial_state.items() if k != "missed_function"}
-    if "missed_function" in task.initial_state:
-        state["missed_function"] = {}
-    return dataclasses.replace(task, initial_state=state)
+    """The context task as exploration (and the tasks it yields) start from it.
+
+    - its state exactly as a ``tasks`` row stores it (encoded and decoded), because that is
+      what validation and the pool will replay, and the encoding can matter (BFCL's file
+      system takes the first key of ``root`` as its root directory);
+    - every tool available from the first step: BFCL's miss_func entries hold functions
+      back until a later turn (``missed_function``); a synthesized task has its own turns.
+    """
+    start = Task.from_row(task.to_row())
+    if "missed_function" in start.initial_state:
+        start.initial_state["missed_function"] = {}
+    return start
 
 
 def run_sessions(

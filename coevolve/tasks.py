@@ -41,7 +41,9 @@ class Task:
 
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)
-        row["initial_state"] = json.dumps(self.initial_state, sort_keys=True)
+        # key order is meaningful to some backends (BFCL's file system takes the first key
+        # of `root` as the root directory): keep it; only the hash is order-insensitive
+        row["initial_state"] = json.dumps(self.initial_state)
         row["reference_actions"] = json.dumps(self.reference_actions)
         row["content_hash"] = self.content_hash
         return row

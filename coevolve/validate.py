@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -34,13 +35,15 @@ from typing import Any, Callable, Iterable
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from coevolve.config import RunConfig
+from coevolve.config import ConfigError, RunConfig
 from coevolve.envs.base import ToolCall
 from coevolve.explore import observed_error
 from coevolve.registry import register, resolve
 from coevolve.schemas import to_table
 from coevolve.store import Store
 from coevolve.tasks import Task
+
+log = logging.getLogger("coevolve.validate")
 
 
 # ----------------------------------------------------------------------------- safety
@@ -232,6 +235,9 @@ def make_explorer_solver(cfg: RunConfig, store: Store, run_id: str, round: int, 
     """The explorer's LLM behind its OpenAI-compatible endpoint."""
     from coevolve.explorers.llm import endpoint_policy
 
+    if not cfg.explore.base_url:
+        raise ConfigError("validate.solver 'explorer' needs explore.base_url (the explorer LLM's endpoint)")
+
     return _episode_solver(endpoint_policy(cfg, cfg.explore), cfg, store, run_id, round)
 
 
@@ -271,7 +277,14 @@ def validate_rows(
             continue
         index.add(task.task_id, task.content_hash, state, calls)  # later candidates dedup against it
         replayed.append((i, task, score))
-    attempts = solver([t for _, t, _ in replayed], [s for _, _, s in replayed])
+    try:
+        attempts = solver([t for _, t, _ in replayed], [s for _, _, s in replayed])
+    except Exception as exc:  # e.g. the solver's endpoint is down: the candidates say so, the round goes on
+        log.exception("validation solver %r failed", vcfg.solver)
+        reason = f"solver: {vcfg.solver} failed: {type(exc).__name__}: {str(exc)[:200]}"
+        for i, _, _ in replayed:
+            out[i].update(verdict="rejected", reason=reason)
+        return out
     for (i, _, _), a in zip(replayed, attempts):
         out[i].update(_verdict(a, vcfg.difficulty_band))
     return out

@@ -48,7 +48,7 @@ def test_split_turns_is_contiguous_and_even():
     assert sum(split_turns(calls, 3), []) == calls
 
 
-def test_successful_calls_drop_errors_and_repeats(env, seed):
+def test_successful_calls_drop_errors_and_keep_order(env, seed):
     run = _run(seed, env, [
         ("cd", {"folder": "nope"}, '{"error": "no"}', "no"),
         ("cd", {"folder": "document"}, "{}", None),
@@ -57,6 +57,7 @@ def test_successful_calls_drop_errors_and_repeats(env, seed):
         ("mkdir", {"dir_name": "temp"}, "None", None),
     ])
     assert run.successful_calls() == [
+        {"name": "cd", "arguments": {"folder": "document"}},
         {"name": "cd", "arguments": {"folder": "document"}},
         {"name": "mkdir", "arguments": {"dir_name": "temp"}},
     ]

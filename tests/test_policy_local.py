@@ -36,7 +36,7 @@ def test_batched_cached_generation_equals_one_at_a_time(policy):
     policy.prefix_cache = PrefixCache(100_000)
     batched = [g.text for g in policy.chat(convs(5), [TOOLS] * 5, sampling, meta(5))]
     assert batched == single
-    assert len(policy.prefix_cache._entries) == 6, "the shared system prefix + every row's prompt"
+    assert len(policy.prefix_cache._entries) == 10, "every row's prompt, and prompt + answer"
     # Second step of every conversation: prompts extend the cached ones.
     longer = [c + [{"role": "assistant", "content": t}, {"role": "tool", "content": "[]"}] for c, t in zip(convs(5), batched)]
     policy.prefix_cache = PrefixCache(0)
@@ -73,3 +73,14 @@ def test_context_overflow_is_reported_not_raised(policy):
     huge = [[{"role": "user", "content": "word " * 5000}]]
     (gen,) = policy.chat(huge, [TOOLS], SamplingParams(max_new_tokens=4, seed=0), meta(1))
     assert gen.finish_reason == "context_limit" and gen.prompt_tokens <= 1024 - 4
+
+
+def test_weight_updates_invalidate_the_prefix_cache(policy):
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=4, seed=0)
+    policy.chat(convs(2), [TOOLS] * 2, sampling, meta(2))
+    assert policy.prefix_cache._entries
+    with torch.no_grad():
+        next(policy.model.parameters()).add_(0.0)  # an in-place update, as an optimizer step does
+    assert policy._weights_version() != policy._cached_weights
+    policy.chat(convs(1), [TOOLS], sampling, meta(1))
+    assert len(policy.prefix_cache._entries) == 2, "stale entries were dropped, only this call's two remain"

@@ -89,11 +89,10 @@ def test_render_prompt_never_exceeds_the_budget(tokenizer):
         assert len(p.ids) <= 512 - 64
     huge = render_prompt([{"role": "user", "content": "z " * 20000}], [MV], tokenizer, tool_format="compact",
                          max_context_tokens=512, max_new_tokens=64)
-    assert huge.context_limit and huge.prefix_len == 0
+    assert huge.context_limit
     ok = render_prompt(_history(1), [MV], tokenizer, tool_format="compact", max_context_tokens=2048, max_new_tokens=64)
     assert not ok.context_limit and ok.text.endswith("<|im_start|>assistant\n")
-    prefix = tokenizer.decode(ok.ids[: ok.prefix_len])
-    assert prefix.startswith("<|im_start|>system") and prefix.rstrip().endswith("<|im_end|>")
+    assert tokenizer.decode(ok.ids) == ok.text
 
 
 def test_training_mask_covers_assistant_text(tokenizer):

@@ -24,7 +24,6 @@ from coevolve.tasks import Task
 from coevolve.train import checkpoint_path, train_round
 
 FUNCTIONS = ["ls", "cd", "mv", "grep"]
-TEMPLATES = ["Please call {f} now.", "Use {f} for me.", "I want {f} to run.", "Run {f}, thanks."]
 WORDS = ["red", "blue", "green", "small", "big", "old", "new", "fast", "slow", "warm", "cold", "dark"]
 
 
@@ -53,7 +52,8 @@ class PickEpisode:
     def end_turn(self) -> None:
         want = self.task.reference_actions[self.turn][0]["name"]
         made = self.calls[self.turn]
-        self.passed.append(1.0 if made == [want] else 0.5 if want in made else 0.0)
+        # partial credit: any call (the format), the right call among others, exactly it
+        self.passed.append(1.0 if made == [want] else 0.5 if want in made else 0.25 if made else 0.0)
         self.turn += 1
 
     def score(self) -> EpisodeScore:
@@ -71,7 +71,8 @@ class PickEnvironment:
         tasks = []
         for i in range(64):
             f = FUNCTIONS[i % len(FUNCTIONS)]
-            text = f"{rng.choice(WORDS)} {rng.choice(TEMPLATES).format(f=f)}"
+            # the name always ends the instruction: a fixed offset the model can learn to copy from
+            text = f"{rng.choice(WORDS)} {rng.choice(WORDS)}, call {f}"
             tasks.append(Task(task_id=f"pick-{i:02d}", env=self.name, turns=[text],
                               initial_state={}, reference_actions=[[{"name": f, "arguments": {}}]]))
         return tasks[:limit] if limit else tasks
@@ -123,3 +124,31 @@ def test_thirty_grpo_steps_raise_heldout_reward(tmp_path):
     assert sorted({r["train_step"] for r in rows}) == list(range(1, 31))
     assert len({r["episode_id"] for r in rows}) == 30 * 4 * 8
     assert {r["round"] for r in rows} == {2}
+
+
+def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempotently(tmp_path):
+    tasks = PickEnvironment().load_tasks(limit=8)
+    store = Store(str(tmp_path / "store"))
+    cfg = _config(tmp_path, sft_steps=2, steps=2, tasks_per_step=2, group_size=2, lora=True, lora_r=4,
+                  kl_coef=0.1, grad_accum=2, lr=1e-3)
+    first = train_round(store, cfg, "pick", 1, "tiny", tasks)
+    again = train_round(store, cfg, "pick", 1, "tiny", tasks)  # a rerun replaces its parts
+    rows = store.read("rollouts").to_pylist()
+    assert first.n_rollouts == again.n_rollouts == 2 * 2 * 2
+    assert len({r["episode_id"] for r in rows}) == 8 and {r["train_step"] for r in rows} == {1, 2}
+    assert {r["epoch"] for r in rows} == {0} and {r["policy_version"] for r in rows} == {"tiny"}
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(first.checkpoint)  # plain HF weights, no adapters
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    assert 0.0 <= first.mean_reward <= 1.0
+
+
+def test_trainers_are_registered_without_importing_their_backends():
+    import subprocess
+    import sys
+
+    code = ("import sys; from coevolve.registry import names; print(names('trainer'), "
+            "'verl' in sys.modules, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['local', 'verl'] False False"

@@ -180,7 +180,7 @@ def test_embedded_default_round_from_20_signals(signal_store, env):
 class _ScriptedEndpoint:
     """An OpenAI-compatible ``/v1/chat/completions`` on loopback playing a capable LLM that
     also misbehaves: the explorer gets calls that reuse observed names, chatter without a
-    call and broken JSON; the abstractor gets a valid spec for logs of an even number of calls, else junk."""
+    call, broken JSON and a destructive call; the abstractor gets a valid spec for logs of an even number of calls, else junk."""
 
     def __init__(self):
         import http.server
@@ -220,7 +220,6 @@ class _ScriptedEndpoint:
                 {"instruction": f"Please run {', '.join(c['name'] for c in calls[:half])} with {json.dumps(calls[:half])}.", "calls": calls[:half]},
                 {"instruction": f"Now {', '.join(c['name'] for c in calls[half:])} with {json.dumps(calls[half:])}.", "calls": calls[half:]},
             ]}) + "\n```"
-        step = sum(m["role"] == "assistant" for m in messages)
         listed = re.findall(r'"current_directory_content": \[([^\]]*)\]', "\n".join(m["content"] for m in messages))
         names = re.findall(r'"([^"]+)"', listed[-1]) if listed else []
         script = [
@@ -229,9 +228,12 @@ class _ScriptedEndpoint:
             '<tool_call>{"name": "cd", "arguments": {"folder": %s}}</tool_call>' % json.dumps(names[0] if names else "x"),
             '<tool_call>{"name": "ls", "arguments": {"a": true}}</tool_call>',
             "<tool_call>{'name': broken</tool_call>",
+            '<tool_call>{"name": "rm", "arguments": {"file_name": "log.txt"}}</tool_call>',
             '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>',
         ]
-        return script[step % len(script)]
+        # the next line after the last reply still in the prompt (old steps get trimmed to fit)
+        said = [m["content"] for m in messages if m["role"] == "assistant"]
+        return script[(script.index(said[-1]) + 1) % len(script) if said else 0]
 
 
 @pytest.fixture(scope="module")
@@ -246,13 +248,14 @@ def test_llm_explorer_and_abstractor_round_over_http(signal_store, env, scripted
     store = signal_store(seeds)
     cfg = load_config(overrides={
         "store": store.uri, "run_name": "t", "explore.explorer": "llm", "explore.base_url": scripted_endpoint,
-        "explore.model": "scripted", "explore.steps_per_run": 6, "abstract.abstractor": "llm",
+        "explore.model": "scripted", "explore.steps_per_run": 7, "abstract.abstractor": "llm",
         "abstract.base_url": scripted_endpoint, "abstract.model": "scripted", "validate.solver": "explorer",
     })
-    assert explore(store, cfg, "t", 1) == 6 * 2 * 6
+    assert explore(store, cfg, "t", 1) == 6 * 2 * 7
     steps = store.read("explorations").to_pylist()
     failed = Counter(r["error"].split(":")[0] for r in steps if r["action_name"] is None)
     assert failed["no tool call in the reply"] == 12 and failed["no valid tool call"] == 12
+    assert failed["blocked call"] == 12  # the LLM's rm never ran
     # the third step reuses a name the first step's listing showed
     first = {(r["signal_id"], r["run_idx"]): r["observation"] for r in steps if r["step"] == 0}
     cds = [r for r in steps if r["action_name"] == "cd"]
@@ -267,3 +270,78 @@ def test_llm_explorer_and_abstractor_round_over_http(signal_store, env, scripted
     kinds = Counter(r["reason"].split(":")[0] for r in rows if r["verdict"] == "rejected")
     assert set(kinds) <= {"llm abstractor", "duplicate", "near-duplicate", "solver", "replay"} and kinds["llm abstractor"] >= 2
     assert any(r["reason"].startswith("accepted: partial reward") for r in rows)  # the explorer LLM as solver
+
+
+@pytest.fixture(scope="module")
+def tiny_server():
+    """``coevolve serve --model tiny`` as its own process on a free loopback port."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coevolve.cli", "serve", "--model", "tiny", "--port", str(port), "--threads", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.3)
+        if proc.poll() is not None:
+            raise RuntimeError(f"coevolve serve exited: {proc.stderr.read().decode()[-2000:]}")
+    yield f"{url}/v1"
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def test_llm_round_against_a_tiny_local_model_never_crashes(signal_store, env, tiny_server):
+    """A real model that cannot do the job: its useless explorations and malformed specs are
+    rejected with reasons, and the round completes."""
+    seeds = env.load_tasks(["multi_turn_base"], limit=3)
+    store = signal_store(seeds)
+    llm = {"store": store.uri, "run_name": "t", "explore.explorer": "llm", "explore.base_url": tiny_server,
+           "explore.model": "tiny", "explore.steps_per_run": 3, "explore.max_new_tokens": 48,
+           "abstract.abstractor": "llm", "abstract.base_url": tiny_server, "abstract.model": "tiny",
+           "abstract.max_new_tokens": 64, "validate.solver": "explorer", "policy.max_new_tokens": 32}
+    cfg = load_config(overrides=llm)
+    assert explore(store, cfg, "t", 1) == 3 * 2 * 3
+    steps = store.read("explorations").to_pylist()
+    assert all(r["action_name"] or r["error"] for r in steps)
+    abstract(store, cfg, "t", 1)
+    table = validate(store, cfg, "t", 1, None)
+    assert table.num_rows == 6 and all(r["verdict"] and r["reason"] for r in table.to_pylist())
+
+    # the llm abstractor on runs that did something (rule explorer): the tiny model's text is
+    # not a spec, and every such candidate says why
+    cfg = load_config(overrides={**llm, "explore.explorer": "rule"})
+    explore(store, cfg, "t", 1)
+    abstract(store, cfg, "t", 1)
+    rows = validate(store, cfg, "t", 1, None).to_pylist()
+    assert len(rows) == 6 and all(r["verdict"] and r["reason"] for r in rows)
+    assert sum(r["reason"].startswith("llm abstractor: malformed output") for r in rows) >= 3
+
+
+def test_the_explorer_solver_needs_an_endpoint():
+    from coevolve.registry import resolve
+
+    with pytest.raises(ConfigError, match="explore.base_url"):
+        resolve("solver", "explorer")(load_config(overrides={"validate.solver": "explorer"}), None, "t", 1, None)
+
+
+def test_a_failing_solver_rejects_with_its_reason_instead_of_crashing(env, seed):
+    def down(tasks, scores):
+        raise ConnectionError("endpoint unreachable")
+
+    out = validate_rows([_candidate(seed, ["a"], [[CD]], "c")], [], env, load_config(), down)
+    assert out[0]["verdict"] == "rejected" and out[0]["reason"].startswith("solver: reference failed: ConnectionError")

@@ -10,6 +10,8 @@ from coevolve.cli import sql as _sql  # noqa: F401,E402
 from coevolve.cli import signals as _signals  # noqa: F401,E402
 from coevolve.cli import eval as _eval  # noqa: F401,E402
 from coevolve.cli import validate as _validate  # noqa: F401,E402
+from coevolve.cli import policy as _policy  # noqa: F401,E402
+from coevolve.cli import train as _train  # noqa: F401,E402
 
 
 def main() -> None:

@@ -59,7 +59,7 @@ _SUMMARY = {
 @app.command()
 def signals(
     round: int = typer.Option(..., "--round", "-r", help="The round whose signals to show."),
-    store: str = typer.Option(".coevolve/store", "--store", "-s", help="Local directory or s3://bucket/prefix."),
+    store: str = typer.Option("", "--store", "-s", help="Local directory or s3://bucket/prefix (default: the config's)."),
     run: str = typer.Option("", "--run", help="Run name (default: the config's run_name, 'default')."),
     config: str = typer.Option(None, "--config", "-c", help="Run config YAML; its `signals` section sets the thresholds."),
     sets: list[str] = typer.Option([], "--set", help="Override a signals threshold, KEY=VALUE (repeatable)."),
@@ -73,7 +73,7 @@ def signals(
 
     cfg = _signals_config(config, sets)
     run_id = run or cfg.run_name
-    st = open_store_or_fail(store, cfg.s3.endpoint_url, cfg.s3.region)
+    st = open_store_or_fail(store or cfg.store, cfg.s3.endpoint_url, cfg.s3.region)
     table = st.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round))
     if mine or table.num_rows == 0:
         table = mine_signals(st, cfg.signals, run_id, round)

@@ -128,6 +128,8 @@ class LLMExplorer:
                 out.append(f"no valid tool call: {parsed.error}")
             elif not parsed.calls:
                 out.append("no tool call in the reply: " + json.dumps(gen.text[:160]))
+            elif parsed.calls[0].name in s.context.avoid:  # the safety policy holds for LLMs too
+                out.append(f"blocked call: {parsed.calls[0].name} is not allowed in exploration")
             else:
                 out.append(parsed.calls[0])
         return out

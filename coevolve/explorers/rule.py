@@ -287,7 +287,7 @@ class RuleExplorer:
         similar = [v for k, vs in bank.by_key.items() if k != p.name and _tokens(k) & _tokens(p.name) for v in vs]
         tiers = [
             list(mem["refs"].get((fname, p.name), [])),
-            list(p.enum) + bank.by_key.get(p.name, [])[::-1],
+            (list(p.enum) if p.type != "array" else []) + bank.by_key.get(p.name, [])[::-1],
             # names of the right kind, those just listed first (they exist where we are now)
             [v for v in bank.recent if hint and v in bank.names[hint]]
             + (bank.names[hint][::-1] if hint else [])
@@ -307,6 +307,8 @@ class RuleExplorer:
     @staticmethod
     def _fresh(p: Param, hint: str | None, rng: Any) -> Any:
         n = rng.randint(1, 99)
+        if p.enum and p.type == "array":  # an [Enum] on an array lists its allowed items
+            return rng.sample(p.enum, k=rng.randint(1, len(p.enum)))
         if p.enum:
             return rng.choice(p.enum)
         if p.type == "integer":

@@ -5,16 +5,19 @@
 
 Generation is a hand-written loop over ``model.forward`` (not ``generate``) so that it can:
 
-- batch rows of different lengths with left padding and a KV cache;
-- start each row from a cached KV of its longest already-computed prefix (the system
-  message with the tool block, or the row's whole previous prompt), because prefill is the
-  CPU bottleneck: a cached prefix sits at the left of the row, then padding, then the new
-  tokens, with explicit position ids so the padding in the middle is invisible;
+- start every prompt from the cached KV of its longest already-computed prefix, because
+  prefill is the CPU bottleneck: the system message with the tool block is shared by all
+  samples and steps of a task, and an episode's next prompt extends its previous prompt and
+  answer (``PrefixCache``); only the new tokens are computed, one prompt at a time, so a long
+  uncached prompt never pads the others;
+- decode all rows together, left-padded, in a KV cache that appends in place
+  (``_GrowingLayer``) and reads grouped KV heads without copying them (``gqa_attention``);
 - draw every row from its own random generator seeded from (seed, task, sample, turn, step),
   so a row's sample does not depend on which other rows share its batch.
 
-Prefix KV entries are computed with batch composition-dependent float rounding, so bitwise
-reproducibility holds for the same sequence of calls in a fresh policy (a fresh process).
+Cached KV depends on float rounding of the batch it was computed in, so bitwise
+reproducibility holds for the same sequence of calls on a fresh policy (a fresh process).
+The cache is dropped whenever the weights change (an optimizer step, new LoRA adapters).
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ import random
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
 import torch
+from transformers import AttentionInterface, DynamicCache
+from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from coevolve.config import PolicyConfig
 from coevolve.policy.base import Generation, Message, SamplingParams
@@ -60,30 +68,127 @@ def sample_next(logits: torch.Tensor, sampling: SamplingParams, generators: list
     return [int(torch.multinomial(probs[i], 1, generator=generators[i])) for i in range(len(generators))]
 
 
+def gqa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Masked attention that reads grouped KV heads without copying them.
+
+    transformers' sdpa path expands grouped KV heads to one per query head (a full copy of the
+    cache, every layer, every step) whenever an attention mask is given, which is always the
+    case for a padded batch. Here the query heads that share a KV head are folded into the
+    query length instead: q [B, H, 1, d] -> [B, KV, H/KV, d]. Used for decoding steps only;
+    prefill (sdpa's fused kernels are faster there), training and dropout take the sdpa path.
+    """
+    if torch.is_grad_enabled() or dropout or query.shape[2] > 1:  # sdpa's kernels win on prefill
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, is_causal=is_causal, **kwargs)
+    b, h, q, d = query.shape
+    kv = key.shape[1]
+    rep = h // kv
+    scores = torch.matmul(query.reshape(b, kv, rep * q, d), key.transpose(-1, -2)) * (scaling or d**-0.5)
+    if attention_mask is not None:
+        mask = attention_mask[:, :, :, : key.shape[2]].repeat(1, 1, rep, 1)  # [B|1, 1, rep*q, L]
+        if mask.dtype == torch.bool:
+            # A finite fill keeps fully masked rows (padding queries) finite instead of NaN.
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + mask
+    out = torch.matmul(torch.softmax(scores, dim=-1), value)  # [B, KV, rep*q, d]
+    return out.reshape(b, h, q, d).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register("coevolve_gqa", gqa_attention)
+AttentionMaskInterface.register("coevolve_gqa", sdpa_mask)
+
+
+class _GrowingLayer(DynamicLayer):
+    """A KV cache layer that appends into a preallocated buffer.
+
+    transformers' ``DynamicLayer`` re-concatenates the whole cache at every decoding step,
+    which costs O(context) memory traffic per generated token and per row: with small models
+    and long tool prompts that copy, not the matmuls, dominates and cancels what batching
+    gains. Here each step writes only its new columns; ``keys``/``values`` are views.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int):
+        super().__init__()
+        b, h, n, d = keys.shape
+        self._k = keys.new_empty((b, h, max(capacity, n), d))
+        self._v = values.new_empty((b, h, max(capacity, n), d))
+        self._k[:, :, :n], self._v[:, :, :n] = keys, values
+        self._n = n
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._views()
+
+    def _views(self) -> None:
+        self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        new = key_states.shape[-2]
+        if self._n + new > self._k.shape[2]:  # out of room: double (rare: capacity covers the generation)
+            grow = max(new, self._k.shape[2])
+            self._k = torch.cat([self._k, self._k.new_empty(self._k.shape[:2] + (grow, self._k.shape[3]))], dim=2)
+            self._v = torch.cat([self._v, self._v.new_empty(self._v.shape[:2] + (grow, self._v.shape[3]))], dim=2)
+        self._k[:, :, self._n : self._n + new] = key_states
+        self._v[:, :, self._n : self._n + new] = value_states
+        self._n += new
+        self._views()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._views()
+
+
+def _growing_cache(layers: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> DynamicCache:
+    cache = DynamicCache()
+    cache.layers = [_GrowingLayer(k, v, capacity) for k, v in layers]
+    return cache
+
+
 class PrefixCache:
-    """LRU store of per-layer (key, value) tensors [1, heads, len, dim] for token prefixes, capped in tokens."""
+    """LRU store of per-layer (key, value) tensors [1, heads, len, dim] of token sequences, capped in tokens.
+
+    A lookup reuses the longest common prefix with any stored sequence: in a causal model the
+    KV of a position depends only on the tokens up to it, so a partial match is as good as a
+    whole one (a re-tokenized previous answer that diverges late still saves its start).
+    """
 
     def __init__(self, max_tokens: int):
         self.max_tokens = max_tokens
-        self._entries: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, ...], tuple[np.ndarray, list[tuple[torch.Tensor, torch.Tensor]]]] = OrderedDict()
         self._tokens = 0
 
     def longest(self, ids: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
-        """The longest cached prefix of ``ids`` that leaves at least one token to compute."""
-        best: tuple[int, ...] | None = None
-        for key in self._entries:
-            if len(key) < len(ids) and (best is None or len(key) > len(best)) and tuple(ids[: len(key)]) == key:
-                best = key
-        if best is None:
+        """(n, kv): the KV of the longest cached prefix of ``ids``, at most ``len(ids) - 1`` tokens."""
+        query = np.asarray(ids)
+        best, best_key = 0, None
+        for key, (arr, _) in self._entries.items():
+            n = min(len(arr), len(query) - 1)
+            if n <= best:
+                continue
+            diff = np.flatnonzero(arr[:n] != query[:n])
+            common = int(diff[0]) if len(diff) else n
+            if common > best:
+                best, best_key = common, key
+        if best_key is None or best < _MIN_PREFIX:
             return 0, None
-        self._entries.move_to_end(best)
-        return len(best), self._entries[best]
+        self._entries.move_to_end(best_key)
+        return best, [(k[:, :, :best], v[:, :, :best]) for k, v in self._entries[best_key][1]]
 
     def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         key = tuple(ids)
         if len(key) < _MIN_PREFIX or len(key) > self.max_tokens or key in self._entries:
             return
-        self._entries[key] = kv
+        self._entries[key] = (np.asarray(ids), kv)
         self._tokens += len(key)
         while self._tokens > self.max_tokens:
             old, _ = self._entries.popitem(last=False)
@@ -116,7 +221,10 @@ class LocalPolicy:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_path).to(self.device).eval()
+        if self.model.config._attn_implementation == "sdpa":  # keep flash attention where a GPU has it
+            self.model.set_attn_implementation("coevolve_gqa")
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
+        self._cached_weights = self._weights_version()
         gen_eos = self.model.generation_config.eos_token_id
         eos = set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
@@ -146,7 +254,7 @@ class LocalPolicy:
             for conv, tl in zip(conversations, tools)
         ]
         seeds = [row_seed(sampling.seed, meta[i] if meta else None, i) for i in range(len(prompts))]
-        outs = self.generate([p.ids for p in prompts], sampling, seeds, [p.prefix_len for p in prompts])
+        outs = self.generate([p.ids for p in prompts], sampling, seeds)
         gens = []
         for prompt, (ids, finish) in zip(prompts, outs):
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -157,11 +265,39 @@ class LocalPolicy:
         return gens
 
     # ------------------------------------------------------------------ generation
-    def _prefill_prefix(self, ids: list[int]) -> None:
-        """Compute and cache the KV of a shared prefix (system message + tools) on its own."""
-        with torch.inference_mode():
-            out = self.model(input_ids=torch.tensor([ids], device=self.device), use_cache=True, logits_to_keep=1)
-        self.prefix_cache.put(ids, [(layer.keys, layer.values) for layer in out.past_key_values.layers])
+    def _weights_version(self) -> tuple[int, int]:
+        """Changes whenever a parameter is updated in place (optimizer steps bump ``_version``)
+        or added (LoRA adapters), so cached KV of older weights is never reused."""
+        params = list(self.model.parameters())
+        return len(params), sum(p._version for p in params)
+
+    def _kv_shape(self) -> tuple[int, int, int]:
+        cfg = self.model.config.get_text_config(decoder=True)
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return cfg.num_hidden_layers, heads, head_dim
+
+    def _prefill(self, ids: list[int]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+        """KV [1, heads, len, dim] per layer of one prompt, and its next-token logits.
+
+        Starts from the longest cached prefix (the shared system message and tools, the same
+        prompt of a sibling sample, or this episode's previous prompt and answer), computes
+        only the rest, and caches the result for the next lookups.
+        """
+        n_layers, heads, head_dim = self._kv_shape()
+        p, kv = self.prefix_cache.longest(ids)
+        if kv is None:
+            empty = torch.zeros((1, heads, 0, head_dim), dtype=self.model.dtype, device=self.device)
+            kv = [(empty, empty)] * n_layers
+        cache = _growing_cache(kv, len(ids))
+        out = self.model(
+            input_ids=torch.tensor([ids[p:]], device=self.device),
+            position_ids=torch.arange(p, len(ids), device=self.device)[None],
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        )
+        row_kv = [(layer.keys, layer.values) for layer in cache.layers]
+        self.prefix_cache.put(ids, row_kv)
+        return row_kv, out.logits[0, -1]
 
     @torch.inference_mode()
     def generate(
@@ -169,68 +305,50 @@ class LocalPolicy:
         prompts: list[list[int]],
         sampling: SamplingParams,
         seeds: list[int],
-        prefix_lens: list[int] | None = None,
     ) -> list[tuple[list[int], str]]:
         """Sample a continuation of each prompt; returns (generated ids without the stop token, finish).
 
-        ``prefix_lens[i]`` marks a shared prefix of row ``i`` worth caching on its own (the system
-        message); finish is "stop" (a stop token) or "length" (``max_new_tokens`` reached).
+        finish is "stop" (a stop token) or "length" (``max_new_tokens`` reached). Prompts are
+        prefilled one by one (no padding: a long uncached prompt must not make every row of the
+        batch compute that many tokens), then decoded together, left-padded to the longest.
         """
-        for ids, plen in zip(prompts, prefix_lens or [0] * len(prompts)):
-            if plen >= _MIN_PREFIX and self.prefix_cache.longest(ids)[0] < plen:
-                self._prefill_prefix(ids[:plen])
-        hits = [self.prefix_cache.longest(ids) for ids in prompts]
-        n = len(prompts)
-        plens = [h[0] for h in hits]
-        suffixes = [ids[p:] for ids, p in zip(prompts, plens)]
-        P, S = max(plens), max(len(s) for s in suffixes)
+        weights = self._weights_version()
+        if weights != self._cached_weights:
+            self.prefix_cache.clear()
+            self._cached_weights = weights
+        n, dev = len(prompts), self.device
+        rows = [self._prefill(ids) for ids in prompts]
+        lengths = [len(ids) for ids in prompts]
+        L = max(lengths)
+        layers = []
+        for li in range(len(rows[0][0])):
+            ks, vs = [], []
+            for (kv, _), length in zip(rows, lengths):
+                k, v = kv[li]
+                pad = k.new_zeros(k.shape[:2] + (L - length, k.shape[3]))
+                ks.append(torch.cat([pad, k], dim=2))
+                vs.append(torch.cat([pad, v], dim=2))
+            layers.append((torch.cat(ks), torch.cat(vs)))
+        cache = _growing_cache(layers, L + sampling.max_new_tokens)
+        mask = torch.zeros((n, L), dtype=torch.long)
+        for i, length in enumerate(lengths):
+            mask[i, L - length:] = 1
 
-        # Layout of row i: [pad | cached prefix (p_i) | pad | new tokens (s_i)], attention masked on pads.
-        input_ids = torch.full((n, S), self.pad_id, dtype=torch.long)
-        position_ids = torch.zeros((n, S), dtype=torch.long)
-        mask = torch.zeros((n, P + S), dtype=torch.long)
-        for i, (p, suf) in enumerate(zip(plens, suffixes)):
-            input_ids[i, S - len(suf):] = torch.tensor(suf)
-            position_ids[i, S - len(suf):] = torch.arange(p, p + len(suf))
-            mask[i, P - p:P] = 1
-            mask[i, P + S - len(suf):] = 1
-        cache = None
-        if P:
-            from transformers import DynamicCache
-
-            ref = next(kv for _, kv in hits if kv is not None)
-            layers = []
-            for li, (rk, _) in enumerate(ref):
-                heads, dim = rk.shape[1], rk.shape[3]
-                rows_k, rows_v = [], []
-                for p, (_, kv) in zip(plens, hits):
-                    k, v = kv[li] if kv is not None else (rk[:, :, :0], rk[:, :, :0])
-                    pad = rk.new_zeros((1, heads, P - p, dim))
-                    rows_k.append(torch.cat([pad, k], dim=2))
-                    rows_v.append(torch.cat([pad, v], dim=2))
-                layers.append((torch.cat(rows_k), torch.cat(rows_v)))
-            cache = DynamicCache(ddp_cache_data=layers)
-        dev = self.device
-        out = self.model(
-            input_ids=input_ids.to(dev), attention_mask=mask.to(dev), position_ids=position_ids.to(dev),
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        )
-        cache = out.past_key_values
-        # Remember each row's whole prompt: the next step of the episode extends it.
-        for i, (p, suf) in enumerate(zip(plens, suffixes)):
-            kv = [
-                (torch.cat([l.keys[i:i + 1, :, P - p:P], l.keys[i:i + 1, :, P + S - len(suf):]], dim=2),
-                 torch.cat([l.values[i:i + 1, :, P - p:P], l.values[i:i + 1, :, P + S - len(suf):]], dim=2))
-                for l in cache.layers
-            ]
-            self.prefix_cache.put(prompts[i], kv)
+        def remember(rows_: list[int], batch_pos: list[int]) -> None:
+            """Cache the KV of rows (prompt + the generated tokens already fed): the episode's
+            next prompt extends exactly that."""
+            fed = cache.layers[0].keys.shape[2] - L
+            for r, j in zip(rows_, batch_pos):
+                if fed:
+                    kv = [(l.keys[j:j + 1, :, L - lengths[r]:], l.values[j:j + 1, :, L - lengths[r]:]) for l in cache.layers]
+                    self.prefix_cache.put(prompts[r] + generated[r][:fed], [(k.clone(), v.clone()) for k, v in kv])
 
         generators = [torch.Generator().manual_seed(s) for s in seeds]
         generated: list[list[int]] = [[] for _ in range(n)]
         finish = ["length"] * n
         active = list(range(n))  # original row index of each row still in the batch
-        next_pos = torch.tensor([p + len(s) for p, s in zip(plens, suffixes)])
-        logits = out.logits[:, -1]
+        next_pos = torch.tensor(lengths)
+        logits = torch.stack([row_logits for _, row_logits in rows])
         for step in range(sampling.max_new_tokens):
             tokens = sample_next(logits, sampling, [generators[r] for r in active])
             keep = []
@@ -243,6 +361,8 @@ class LocalPolicy:
             if not keep or step == sampling.max_new_tokens - 1:
                 break
             if len(keep) < len(active):
+                gone = [j for j in range(len(active)) if j not in keep]
+                remember([active[j] for j in gone], gone)
                 idx = torch.tensor(keep)
                 cache.batch_select_indices(idx.to(dev))
                 mask, next_pos = mask[idx], next_pos[idx]
@@ -255,4 +375,5 @@ class LocalPolicy:
             )
             next_pos = next_pos + 1
             logits = out.logits[:, -1]
+        remember(active, list(range(len(active))))
         return [(generated[i], finish[i]) for i in range(n)]

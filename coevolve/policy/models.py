@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 # Bump a suffix when the recipe changes, so stale caches are rebuilt instead of reused.
-TINY_DIR = "tiny-qwen2-v1"
+TINY_DIR = "tiny-qwen2-v3"
 SMOLLM2_DIR = "smollm2-135m-instruct-v2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -75,6 +75,33 @@ _TINY_CORPUS = [
     "The quick brown fox jumps over the lazy dog. I have moved the file and sent the message.",
     "Sure, here is the result you asked for: 42 items, total 3.5 MB, updated at 10:30.",
     "0123456789 {}[]():,;.\"'`~!@#$%^&*-_=+<>/?\\| \t\n",
+    # Words of the domains agents are trained on (files, messages, posts, tickets, trading,
+    # travel, vehicles, math), so that schemas and requests tokenize into words, not bytes.
+    "This tool belongs to the file system. Tool description: Change the current working directory "
+    "to the specified folder. List the contents of the directory. Create a new file or directory. "
+    "Copy, move, remove, find, search, sort, count the lines, words and characters of a file.",
+    "This tool belongs to the message API. Send a message to a user, view messages sent and received, "
+    "delete the latest message, search messages for a keyword, add a contact, get the user id.",
+    "This tool belongs to the posting API. Authenticate with username and password, post a tweet with "
+    "content, tags and mentions, retweet, comment on a tweet, follow a user, get the statistics.",
+    "This tool belongs to the ticket API. Create a ticket with a title, description and priority, get "
+    "the ticket, close the ticket, resolve the ticket, edit the ticket, list the tickets of the user.",
+    "This tool belongs to the trading bot. Get the stock information of a symbol, place an order to buy "
+    "or sell an amount at a price, cancel the order, get the account balance, add to the watchlist, "
+    "get the order history, fund the account, make a transaction, the current market status.",
+    "This tool belongs to the travel booking system. Book a flight from an airport to another on a date "
+    "in a travel class with a credit card, get the flight cost, verify the traveler information, cancel "
+    "the booking, purchase insurance, retrieve the invoice, contact customer support, set the budget.",
+    "This tool belongs to the vehicle control system. Start the engine, lock the doors, check the tire "
+    "pressure, fill the fuel tank in gallons, set the cruise control speed, press the brake pedal, turn on "
+    "the headlights, display the car status, estimate the distance between two cities, find the nearest tire shop.",
+    "This tool belongs to the math API. Add, subtract, multiply, divide two numbers, the absolute value, "
+    "the logarithm, the mean, the standard deviation, the percentage, the power, the square root, round.",
+    "Please move the final report into the temp directory and then send the summary to my manager. "
+    "What is the balance of my account? Could you book the cheapest flight for tomorrow morning? "
+    "I want to check whether the doors are locked and how much fuel is left in the tank.",
+    "string integer number boolean array object dict float any required optional default enum items "
+    "properties parameters description type name arguments result response error value true false null",
 ]
 
 
@@ -119,7 +146,7 @@ def _build_tiny(out: Path) -> None:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=1024,
+        vocab_size=2048,
         special_tokens=special,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
@@ -144,7 +171,9 @@ def _build_tiny(out: Path) -> None:
         intermediate_size=512,
         num_hidden_layers=4,
         num_attention_heads=4,
-        num_key_value_heads=2,
+        # One KV head (multi-query): a 4x smaller KV cache, the bottleneck of long tool prompts
+        # on a CPU (the local backend reads grouped heads without expanding them).
+        num_key_value_heads=1,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=ids("<|endoftext|>"),

@@ -64,6 +64,7 @@ class OpenAIPolicy:
         *,
         max_retries: int = 4,
         backoff_s: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
     ):
         if not cfg.base_url:
             raise ValueError("policy.base_url is required for backend 'openai' (e.g. http://127.0.0.1:8000/v1)")
@@ -76,9 +77,10 @@ class OpenAIPolicy:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(
             base_url=cfg.base_url.rstrip("/"), headers=headers, timeout=cfg.timeout_s,
-            limits=httpx.Limits(max_connections=max(1, cfg.concurrency)),
+            limits=httpx.Limits(max_connections=max(1, cfg.concurrency)), transport=transport,
         )
         self._counter = TokenCounter.estimate()
+        self._url = cfg.base_url.rstrip("/") + "/chat/completions"
 
     def close(self) -> None:
         self._client.close()
@@ -143,7 +145,7 @@ class OpenAIPolicy:
                 continue
             if r.status_code == 400 and "context" in r.text.lower():
                 return None
-            raise EndpointError(f"{self._client.base_url}/chat/completions refused the request: HTTP {r.status_code} {r.text[:300]}")
+            raise EndpointError(f"{self._url} refused the request: HTTP {r.status_code} {r.text[:300]}")
         raise EndpointError(
-            f"{self._client.base_url}/chat/completions failed after {self.max_retries + 1} attempts; last: {last}"
+            f"{self._url} failed after {self.max_retries + 1} attempts; last: {last}"
         )

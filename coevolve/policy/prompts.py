@@ -242,24 +242,7 @@ def fit_budget(
 class Prompt:
     ids: list[int]  # token ids of the rendered prompt (generation prompt included)
     text: str
-    prefix_len: int  # leading tokens that are the system message (tools): shareable KV
     context_limit: bool  # the budget rule could not make it fit; ids were cut from the left
-
-
-def system_prefix_len(tokenizer: Any, wire: list[Message], text: str, ids: list[int], tools: Any = None) -> int:
-    """How many leading ``ids`` (of ``text``, the rendering of ``wire``) are the system message alone.
-
-    That prefix is shared by every sample and step of a task, so its KV cache is worth
-    keeping; 0 when the conversation has no system message or the template does not render
-    it as a token-exact prefix.
-    """
-    if not wire or wire[0].get("role") != "system":
-        return 0
-    prefix_text = tokenizer.apply_chat_template(wire[:1], tools=tools, tokenize=False, add_generation_prompt=False)
-    if not text.startswith(prefix_text):
-        return 0
-    prefix_ids = tokenizer.encode(prefix_text, add_special_tokens=False)
-    return len(prefix_ids) if ids[: len(prefix_ids)] == prefix_ids else 0
 
 
 def render_prompt(
@@ -282,11 +265,10 @@ def render_prompt(
     wire = to_wire(msgs, tools, tool_format)
     text = tokenizer.apply_chat_template(wire, tokenize=False, add_generation_prompt=True)
     ids = tokenizer.encode(text, add_special_tokens=False)
-    prefix_len = system_prefix_len(tokenizer, wire, text, ids)
     context_limit = len(ids) > budget
     if context_limit:
-        ids, prefix_len = ids[-budget:], 0
-    return Prompt(ids=ids, text=text, prefix_len=prefix_len, context_limit=context_limit)
+        ids = ids[-budget:]
+    return Prompt(ids=ids, text=text, context_limit=context_limit)
 
 
 def tokenize_for_training(

@@ -64,15 +64,15 @@ def attach_lora(model: torch.nn.Module, r: int, alpha: int) -> torch.nn.Module:
     return get_peft_model(model, config)
 
 
-def encode_result(tokenizer: Any, result: Any, cfg: Any) -> tuple[list[int], list[int]]:
+def encode_result(tokenizer: Any, result: Any, tool_format: str, max_tokens: int) -> tuple[list[int], list[int]]:
     """``(ids, mask)`` of an episode (a rollout ``EpisodeResult``), rendered as the policy prompts it.
 
     One tool block per episode (the last turn's, ``result.tools``) keeps every prefix rendering
     the same; BFCL only ever adds functions at later turns, so an early step is trained with a
     few more functions listed than it saw.
     """
-    render = wire_renderer(tokenizer, result.tools, cfg.policy.tool_format)
-    return encode_chat(tokenizer, result.messages, render, cfg.train.max_seq_tokens)
+    render = wire_renderer(tokenizer, result.tools, tool_format)
+    return encode_chat(tokenizer, result.messages, render, max_tokens)
 
 
 def _task_batches(tasks: list[Task], per_step: int, seed: int):
@@ -92,7 +92,8 @@ def _task_batches(tasks: list[Task], per_step: int, seed: int):
 
 
 class GrpoTrainer:
-    """Holds the model, optimizer and schedule of one round; ``step`` runs one GRPO step."""
+    """The model, optimizer and LR schedule of one round: ``rollouts`` samples a step's groups,
+    ``update`` takes the step's optimizer step on them."""
 
     def __init__(
         self,
@@ -153,10 +154,9 @@ class GrpoTrainer:
         # groups with one outcome have zero advantage everywhere: no gradient, skip the compute
         keep = [i for i in range(len(results)) if adv[i] != 0]
         stats = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "n_tokens": 0, "n_trained": len(keep)}
-        if not keep:
-            self.scheduler.step()
+        if not keep:  # no optimizer step, so the schedule (counted in optimizer steps) waits too
             return stats
-        examples = [encode_result(self.tokenizer, results[i], self.cfg) for i in keep]
+        examples = [encode_result(self.tokenizer, results[i], self.cfg.policy.tool_format, t.max_seq_tokens) for i in keep]
         total_tokens = float(sum(sum(m) for _, m in examples)) or 1.0
         stats["n_tokens"] = sum(len(ids) for ids, _ in examples)
         n_micro = max(1, min(t.grad_accum, len(examples)))
@@ -173,9 +173,9 @@ class GrpoTrainer:
             if t.kl_coef > 0:
                 kl = kl_penalty(logp, self._ref_logprobs(batch), batch["loss_mask"], denom=total_tokens)
                 loss = loss + t.kl_coef * kl
-                stats["kl"] += float(kl)
+                stats["kl"] += kl.item()
             loss.backward()
-            stats["loss"] += float(loss)
+            stats["loss"] += loss.item()
             stats["clip_frac"] = max(stats["clip_frac"], info["clip_frac"])
         torch.nn.utils.clip_grad_norm_(self.params, t.max_grad_norm)
         self.optimizer.step()
@@ -233,7 +233,7 @@ def train_local(
 
     if t.sft_steps > 0:
         chats = reference_chats(env, tasks, step_limit=cfg.env.step_limit, seed=seed)
-        examples = [encode_result(policy.tokenizer, r, cfg) for r in chats]
+        examples = [encode_result(policy.tokenizer, r, cfg.policy.tool_format, t.max_seq_tokens) for r in chats]
         run_sft(model, policy.tokenizer, examples, steps=t.sft_steps, batch_size=t.sft_batch_size, lr=t.sft_lr, seed=seed)
         policy.prefix_cache.clear()
 

@@ -7,7 +7,7 @@ calls in one assistant message, then a plain message that ends the turn). The lo
 negative log-likelihood of the assistant tokens only (``sequences.encode_chat`` masks).
 
     episodes = reference_chats(env, tasks, step_limit=..., seed=...)
-    examples = [encode_result(tokenizer, episode, cfg) for episode in episodes]   # coevolve.train.local
+    examples = [encode_result(tokenizer, e, tool_format, max_tokens) for e in episodes]  # coevolve.train.local
     losses = run_sft(model, tokenizer, examples, steps=..., batch_size=..., lr=..., seed=...)
 """
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ def build_overrides(
     """
     t, p = cfg.train, cfg.policy
     batch = max(1, min(t.tasks_per_step, n_tasks))
+    # the workers run elsewhere (other cwd, other nodes): a local store must be an absolute path
+    store = cfg.store if "://" in cfg.store else str(Path(cfg.store).expanduser().resolve())
     micro = 1  # sequences per GPU per forward pass; verl packs them with dynamic batching off
     response_len = max(p.max_new_tokens * cfg.env.step_limit * 2, 512)
     overrides = [
@@ -95,7 +98,7 @@ def build_overrides(
         "trainer.val_before_train=False",
         "trainer.resume_mode=disable",
         # read by coevolve's agent loop on the rollout workers
-        f"+coevolve.store={cfg.store}",
+        f"+coevolve.store={store}",
         f"+coevolve.run_id={run_id}",
         f"+coevolve.round={round}",
         f"+coevolve.env={cfg.env.name}",

@@ -4,8 +4,9 @@
 --
 -- Definition. An episode's action sequence is its steps of round $round (rows of run
 -- $run_id, phases in $phases) that called a tool (action_name not null), ordered by
--- (turn, step); steps with a parse error are left out unless $include_parse_errors.
--- A pattern is an n-gram of $n consecutive actions of that sequence, written
+-- (turn, step); steps with a parse error are left out unless $include_parse_errors (what
+-- the model failed to say is not an action it took). A pattern is an n-gram of $n
+-- consecutive actions of that sequence (never spanning two episodes), written
 -- 'a > b'; with $with_arg_keys each action is written with its sorted argument keys,
 -- 'a(k1,k2) > b()'. Over all n-grams of the round, a pattern is rare when it occurs in
 -- at least $min_episodes distinct episodes and its share of all n-gram occurrences is

@@ -1,0 +1,87 @@
+"""``coevolve train``: train the policy on the store's task pool once, outside the round flow;
+``coevolve bench train``: local training throughput.
+
+    coevolve train --config configs/tiny.yaml --store /tmp/cv             # local trainer
+    coevolve train --config configs/bfcl_qwen_gpu.yaml --backend verl --dry-run
+    coevolve bench train                                                  # tokens/s, tiny and SmolLM2+LoRA
+
+``--dry-run`` (verl) writes the round's dataset and agent-loop files, composes and validates
+verl's config, and prints it with the exact launch command, without launching anything.
+The pool's train split is used; a store without a pool gets one seeded from the environment.
+"""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from coevolve.cli.app import app, bench_app
+from coevolve.cli.common import console, fail
+
+
+@app.command("train")
+def train(
+    config: str = typer.Option(None, "--config", "-c", help="YAML run config."),
+    backend: str = typer.Option(None, "--backend", help="Trainer: local | verl (default: train.backend)."),
+    store: str = typer.Option(None, "--store", help="Store URI (default: from the config)."),
+    round: int = typer.Option(1, "--round", help="Round number the rollouts and checkpoint are filed under."),
+    policy: str = typer.Option(None, "--policy", help="Starting policy (default: policy.model)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="verl: print the composed config and launch command only."),
+    set_: list[str] = typer.Option([], "--set", help="Config override KEY=VALUE (repeatable)."),
+) -> None:
+    from coevolve.cli.run import _parse_sets, preflight
+
+    overrides = {**_parse_sets(set_), "train.backend": backend, "store": store}
+    cfg = preflight(config, overrides)
+    from coevolve.round import open_run_store, pool_tasks, seed_pool
+
+    run_store = open_run_store(cfg)
+    if run_store.latest_pool() is None:
+        seed_pool(run_store, cfg)
+    tasks = pool_tasks(run_store, "train")
+    if not tasks:
+        fail(f"the pool in {cfg.store} has no train tasks")
+    policy_in = policy or cfg.policy.model
+    if dry_run:
+        if cfg.train.backend != "verl":
+            fail("--dry-run shows verl's launch; use it with --backend verl")
+        from coevolve.train.verl_config import format_command
+        from coevolve.train.verl_launch import prepare
+
+        plan = prepare(cfg, cfg.run_name, round, policy_in, tasks)
+        # plain echo: the command must stay one pasteable line, unwrapped
+        typer.echo(plan.yaml)
+        typer.echo(f"# files: {plan.workdir}")
+        typer.echo(f"# launch command:\n{format_command(plan.command)}")
+        return
+    from coevolve.train import train_round
+
+    started = time.monotonic()
+    result = train_round(run_store, cfg, cfg.run_name, round, policy_in, tasks)
+    console.print(
+        f"trained {len(tasks)} tasks in {time.monotonic() - started:.0f}s: {result.n_rollouts} rollouts, "
+        f"mean reward {result.mean_reward:.3f}, success {result.success_rate:.3f}\ncheckpoint: {result.checkpoint}"
+    )
+
+
+@bench_app.command("train")
+def bench_train(
+    models: list[str] = typer.Option(["tiny", "smollm2"], "--model", help="Models to measure (repeatable)."),
+    steps: int = typer.Option(3, "--steps", help="Measured optimizer steps per model (after one warm-up)."),
+    batch: int = typer.Option(4, "--batch", help="Sequences per step."),
+    seq_len: int = typer.Option(256, "--seq-len", help="Tokens per sequence."),
+) -> None:
+    """Tokens per second of the local trainer's GRPO update (forward, masked clipped loss,
+    backward, AdamW): the tiny model with full fine-tuning, others with LoRA."""
+    from rich.table import Table
+
+    from coevolve.train.bench import measure_update
+
+    table = Table("model", "mode", "params trained", "batch x tokens", "s / step", "tokens / s")
+    for name in models:
+        lora = name != "tiny"
+        m = measure_update(name, lora=lora, steps=steps, batch=batch, seq_len=seq_len)
+        table.add_row(name, "LoRA r=16" if lora else "full", f"{m['trainable']:,}", f"{batch} x {seq_len}",
+                      f"{m['seconds_per_step']:.2f}", f"{m['tokens_per_second']:,.0f}")
+    console.print(table)
