@@ -96,7 +96,11 @@ class TrainConfig:
     lora_alpha: int = _help("LoRA alpha.", 32)
     clip_eps: float = _help("PPO clip range of the policy ratio.", 0.2)
     kl_coef: float = _help("KL penalty to the round's starting policy (0 = off).", 0.0)
-    grad_accum: int = _help("Micro-batches accumulated per optimizer step.", 1)
+    micro_batch_size: int = _help(
+        "Sequences per forward/backward pass. A step's sequences are all accumulated into one "
+        "optimizer step (gradient accumulation), so this bounds memory without changing the update.",
+        4,
+    )
     max_seq_tokens: int = _help("Longest training sequence; longer episodes are cut from the left.", 2048)
     sft_batch_size: int = _help("Reference trajectories per SFT warm-start step.", 4)
     lr_scheduler: str = _help(
@@ -116,8 +120,8 @@ class TrainConfig:
             raise ConfigError("train.steps and train.sft_steps must be >= 0")
         if self.group_size < 2 and self.steps > 0:
             raise ConfigError("train.group_size must be >= 2: GRPO normalizes rewards within a group")
-        if self.tasks_per_step < 1 or self.grad_accum < 1 or self.sft_batch_size < 1:
-            raise ConfigError("train.tasks_per_step, train.grad_accum and train.sft_batch_size must be >= 1")
+        if self.tasks_per_step < 1 or self.micro_batch_size < 1 or self.sft_batch_size < 1:
+            raise ConfigError("train.tasks_per_step, train.micro_batch_size and train.sft_batch_size must be >= 1")
         schedules = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                      "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay")
         if self.lr_scheduler not in schedules:

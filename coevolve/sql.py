@@ -11,6 +11,7 @@ runs one of them.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ def _quote(literal: str) -> str:
 
 def connect(store: Store, memory_limit: str | None = None, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with a view per table over ``store`` (empty tables included)."""
-    config: dict[str, Any] = {}
+    # spill files go to the system temp dir, not into whatever directory we run from
+    config: dict[str, Any] = {"temp_directory": str(Path(tempfile.gettempdir()) / "coevolve-duckdb")}
     if memory_limit:
         config["memory_limit"] = memory_limit
     if threads:

@@ -8,7 +8,8 @@ import torch
 
 from coevolve.config import PolicyConfig
 from coevolve.policy.base import SamplingParams
-from coevolve.policy.local import LocalPolicy, PrefixCache, row_seed, sample_next
+from coevolve.policy import row_seed
+from coevolve.policy.local import LocalPolicy, PrefixCache, sample_next
 
 TOOLS = [{"name": "ls", "description": "List files.", "parameters": {"type": "dict", "properties": {}}}]
 
@@ -64,6 +65,10 @@ def test_sampling_parameters():
     draws = {tok for i in range(50) for tok in sample_next(logits[:1] * 0, SamplingParams(temperature=1.0),
                                                            [torch.Generator().manual_seed(i)])}
     assert draws == {0, 1, 2, 3}
+    skewed = torch.log(torch.tensor([[0.1, 0.0, 0.2, 0.7]]))
+    gen = [torch.Generator().manual_seed(0)]
+    counts = torch.bincount(torch.tensor([sample_next(skewed, SamplingParams(), gen)[0] for _ in range(3000)]), minlength=4)
+    assert counts[1] == 0 and abs(counts[3] / 3000 - 0.7) < 0.04 and abs(counts[0] / 3000 - 0.1) < 0.03
     m = {"task_id": "t", "sample_idx": 0, "turn": 0, "step": 0}
     assert row_seed(1, m, 0) == row_seed(1, dict(m), 5) != row_seed(2, m, 0)
     assert row_seed(1, {**m, "sample_idx": 1}, 0) != row_seed(1, m, 0)
@@ -84,3 +89,25 @@ def test_weight_updates_invalidate_the_prefix_cache(policy):
     assert policy._weights_version() != policy._cached_weights
     policy.chat(convs(1), [TOOLS], sampling, meta(1))
     assert len(policy.prefix_cache._entries) == 2, "stale entries were dropped, only this call's two remain"
+
+
+def test_generation_matches_a_naive_uncached_sampler(policy):
+    """Cached prefixes, padding, the growing cache and grouped-KV attention change nothing:
+    each row samples what a full forward pass per token would (same seeds)."""
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=10)
+    prompts = [list(range(40, 40 + n)) for n in (30, 7, 19)]
+    policy.prefix_cache.put(prompts[0][:20], policy._prefill(prompts[0][:20])[0])  # a partial hit
+
+    def naive(ids: list[int], seed: int) -> list[int]:
+        gen, out = torch.Generator().manual_seed(seed), []
+        with torch.inference_mode():
+            for _ in range(sampling.max_new_tokens):
+                logits = policy.model(input_ids=torch.tensor([ids + out])).logits[:, -1]
+                (tok,) = sample_next(logits, sampling, [gen])
+                if tok in policy.stop_ids:
+                    break
+                out.append(tok)
+        return out
+
+    got = policy.generate(prompts, sampling, [5, 6, 7])
+    assert [ids for ids, _ in got] == [naive(p, s) for p, s in zip(prompts, [5, 6, 7])]

@@ -1,9 +1,10 @@
 """The local trainer learns: SFT warm start, then 30 GRPO steps raise held-out reward.
 
-The task family ("pick"): each task's instruction names one of a few functions; calling
-exactly that function (and then answering in plain text) passes the turn. A from-scratch
-tiny model cannot call anything at first; a short SFT warm start teaches the format, and
-GRPO then has to teach it to read the name from the instruction.
+The task family ("usual"): "<two words>, call the usual" is passed by calling ``grep`` and
+nothing else (partial credit for calling anything, or grep among others). A from-scratch
+tiny model cannot call anything at first; an SFT warm start on a sibling family ("<two
+words>, call <name>") teaches the call format, but only rewards can teach what "the usual"
+is, and held-out tasks (new word pairs) show whether GRPO taught it.
 """
 
 from __future__ import annotations
@@ -67,14 +68,17 @@ class PickEnvironment:
     name = "test-pick"
 
     def load_tasks(self, categories=None, ids=None, limit=None) -> list[Task]:
+        """Category "named": the instruction ends with the function to call (the format warm start).
+        Category "usual": "call the usual" always means ``grep``, which only the rewards reveal."""
         rng = random.Random(7)
         tasks = []
-        for i in range(64):
-            f = FUNCTIONS[i % len(FUNCTIONS)]
-            # the name always ends the instruction: a fixed offset the model can learn to copy from
-            text = f"{rng.choice(WORDS)} {rng.choice(WORDS)}, call {f}"
-            tasks.append(Task(task_id=f"pick-{i:02d}", env=self.name, turns=[text],
-                              initial_state={}, reference_actions=[[{"name": f, "arguments": {}}]]))
+        for category in categories or ["named"]:
+            for i in range(64):
+                f = FUNCTIONS[i % len(FUNCTIONS)] if category == "named" else "grep"
+                what = f"call {f}" if category == "named" else "call the usual"
+                text = f"{rng.choice(WORDS)} {rng.choice(WORDS)}, {what}"
+                tasks.append(Task(task_id=f"{category}-{i:02d}", env=self.name, turns=[text], category=category,
+                                  initial_state={}, reference_actions=[[{"name": f, "arguments": {}}]]))
         return tasks[:limit] if limit else tasks
 
     def episode(self, task: Task) -> PickEpisode:
@@ -100,37 +104,49 @@ def _heldout_reward(cfg, checkpoint: str, tasks: list[Task]) -> float:
     return sum(r.score.reward for r in results) / len(results)
 
 
-@pytest.mark.timeout(240)
-def test_thirty_grpo_steps_raise_heldout_reward(tmp_path):
-    torch.set_num_threads(2)
-    tasks = PickEnvironment().load_tasks()
-    train, heldout = tasks[:48], tasks[48:]
+@pytest.fixture
+def one_thread():
+    # Two intra-op threads on a 2-core machine that runs anything else are several times
+    # slower than one (spinning OpenMP workers); one thread keeps the test's time predictable.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.timeout(300)
+def test_thirty_grpo_steps_raise_heldout_reward(tmp_path, one_thread):
+    env = PickEnvironment()
+    named = env.load_tasks(["named"])[:48]
+    usual = env.load_tasks(["usual"])
+    train, heldout = usual[:48], usual[48:]
     store = Store(str(tmp_path / "store"))
 
-    warm_cfg = _config(tmp_path, sft_steps=12, sft_batch_size=8, sft_lr=3e-3, steps=0)
-    warm = train_round(store, warm_cfg, "pick", 1, "tiny", train)
+    # warm start: SFT on the named family teaches the call format, not what "the usual" is
+    warm_cfg = _config(tmp_path, sft_steps=40, sft_batch_size=8, sft_lr=3e-3, steps=0)
+    warm = train_round(store, warm_cfg, "pick", 1, "tiny", named)
     before = _heldout_reward(warm_cfg, warm.checkpoint, heldout)
 
-    cfg = _config(tmp_path, sft_steps=0, steps=30, tasks_per_step=4, group_size=8, lr=2e-3)
+    cfg = _config(tmp_path, sft_steps=0, steps=30, tasks_per_step=4, group_size=8, lr=5e-4)
     result = train_round(store, cfg, "pick", 2, warm.checkpoint, train)
     after = _heldout_reward(cfg, result.checkpoint, heldout)
-    print(f"held-out reward: {before:.3f} after SFT warm start -> {after:.3f} after 30 GRPO steps")
-    assert after >= before + 0.25 and after >= 0.6
+    print(f"held-out reward: {before:.3f} after the warm start -> {after:.3f} after 30 GRPO steps")
+    assert after >= before + 0.3
 
     assert result.checkpoint == checkpoint_path(cfg, "pick", 2)
     assert result.n_rollouts == 30 * 4 * 8
     rows = store.read("rollouts").to_pylist()
-    assert {r["phase"] for r in rows} == {"train"}
+    assert {r["phase"] for r in rows} == {"train"} and {r["round"] for r in rows} == {2}
     assert sorted({r["train_step"] for r in rows}) == list(range(1, 31))
     assert len({r["episode_id"] for r in rows}) == 30 * 4 * 8
-    assert {r["round"] for r in rows} == {2}
+    assert {r["epoch"] for r in rows} == {0, 1, 2}  # 30 steps x 4 tasks = 120 draws of 48 tasks
 
 
-def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempotently(tmp_path):
+def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempotently(tmp_path, one_thread):
     tasks = PickEnvironment().load_tasks(limit=8)
     store = Store(str(tmp_path / "store"))
     cfg = _config(tmp_path, sft_steps=2, steps=2, tasks_per_step=2, group_size=2, lora=True, lora_r=4,
-                  kl_coef=0.1, grad_accum=2, lr=1e-3)
+                  kl_coef=0.1, micro_batch_size=3, lr=1e-3)
     first = train_round(store, cfg, "pick", 1, "tiny", tasks)
     again = train_round(store, cfg, "pick", 1, "tiny", tasks)  # a rerun replaces its parts
     rows = store.read("rollouts").to_pylist()

@@ -55,11 +55,13 @@ def bench_rollout(
     episodes: int = typer.Option(32, help="Episodes per mode (tasks x samples)."),
     samples: int = typer.Option(4, help="Samples per task (the group size)."),
     batch_size: int = typer.Option(8, help="Episodes generated together in the batched mode."),
-    max_new_tokens: int = typer.Option(48, help="Generation budget per assistant message."),
+    max_new_tokens: int = typer.Option(96, help="Generation budget per assistant message (policy default)."),
     step_limit: int = typer.Option(3, help="Model messages per turn."),
     max_context_tokens: int = typer.Option(2048, help="Prompt + completion budget."),
     tool_format: str = typer.Option("compact", help="'compact' or 'json'."),
-    threads: int = typer.Option(0, help="torch intra-op threads (0 = torch's default)."),
+    threads: int = typer.Option(
+        1, help="torch intra-op threads (0 = torch's default). 1 by default: on a shared 2-core machine "
+                "two OpenMP threads spinning on each other's barriers make small models several times slower."),
     seed: int = typer.Option(0, help="Seed of the rollouts."),
 ) -> None:
     """Rollout engine throughput: batched vs one episode at a time, plus a same-seed replay check."""

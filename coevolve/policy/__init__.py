@@ -4,25 +4,57 @@
     policy = load_policy(cfg.policy, checkpoint)     # a trained checkpoint instead of cfg.model
     gens = policy.chat(conversations, tools, SamplingParams(...), meta)
 
-Backends register themselves in the registry under kind "policy"; importing this package
-registers the built-in ones.
+The built-in backends are registered here (registry kind "policy") as factories that import
+their module on first use, so importing ``coevolve.policy.*`` stays cheap (the local backend
+pulls in torch and transformers, seconds on a CPU) for code that only needs the parser,
+the prompts or the replay policy.
 """
 
 from __future__ import annotations
 
-from coevolve.config import PolicyConfig
-from coevolve.policy import local as _local  # noqa: F401  (registers "local")
-from coevolve.policy import openai as _openai  # noqa: F401  (registers "openai")
-from coevolve.policy.base import Generation, Message, Policy, SamplingParams
-from coevolve.registry import resolve
+import hashlib
+import json
+import random
+from typing import Any
 
-__all__ = ["Generation", "Message", "Policy", "SamplingParams", "load_policy"]
+from coevolve.config import PolicyConfig
+from coevolve.policy.base import Generation, Message, Policy, SamplingParams
+from coevolve.registry import register, resolve
+
+__all__ = ["Generation", "Message", "Policy", "SamplingParams", "load_policy", "row_seed"]
+
+
+@register("policy", "local")
+def _local(cfg: PolicyConfig, checkpoint: str | None = None) -> Policy:
+    from coevolve.policy.local import LocalPolicy
+
+    return LocalPolicy(cfg, checkpoint)
+
+
+@register("policy", "openai")
+def _openai(cfg: PolicyConfig, checkpoint: str | None = None) -> Policy:
+    from coevolve.policy.openai import OpenAIPolicy
+
+    return OpenAIPolicy(cfg, checkpoint)
 
 
 def load_policy(cfg: PolicyConfig, checkpoint: str | None = None) -> Policy:
-    """Build the policy backend ``cfg.backend`` (registry kind "policy").
+    """Build the policy backend ``cfg.backend`` (registry kind "policy", or a "module:Class" path).
 
     ``checkpoint`` (a local HF directory, or a model id for endpoints) overrides ``cfg.model``;
     the policy's ``version`` is what was loaded, recorded as ``rollouts.policy_version``.
     """
     return resolve("policy", cfg.backend)(cfg, checkpoint)
+
+
+def row_seed(seed: int | None, meta: dict[str, Any] | None, index: int) -> int:
+    """Seed of one conversation's generation: a hash of the call's seed and where the
+    conversation stands (``meta``: task, sample, turn, step; else its index in the call).
+
+    31 bits, what OpenAI-compatible endpoints accept, so every backend draws the same seeds;
+    a random seed when ``seed`` is None.
+    """
+    if seed is None:
+        return random.getrandbits(31)
+    where = json.dumps(meta, sort_keys=True, default=str) if meta else str(index)
+    return int.from_bytes(hashlib.sha256(f"{seed}|{where}".encode()).digest()[:4], "little") >> 1

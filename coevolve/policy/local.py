@@ -22,9 +22,6 @@ The cache is dropped whenever the weights change (an optimizer step, new LoRA ad
 
 from __future__ import annotations
 
-import hashlib
-import json
-import random
 from collections import OrderedDict
 from typing import Any
 
@@ -36,26 +33,21 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from coevolve.config import PolicyConfig
+from coevolve.policy import row_seed
 from coevolve.policy.base import Generation, Message, SamplingParams
 from coevolve.policy.models import resolve_model
 from coevolve.policy.prompts import render_prompt
-from coevolve.registry import register
 
 # Prefixes shorter than this are not worth a cache entry.
 _MIN_PREFIX = 16
 
 
-def row_seed(seed: int | None, meta: dict[str, Any] | None, index: int) -> int:
-    """Seed of one row: a hash of the run seed and where the row stands (task, sample, turn, step)."""
-    if seed is None:
-        return random.getrandbits(31)
-    where = json.dumps(meta, sort_keys=True, default=str) if meta else str(index)
-    # 31 bits: what OpenAI-compatible endpoints accept, so both backends draw the same seeds.
-    return int.from_bytes(hashlib.sha256(f"{seed}|{where}".encode()).digest()[:4], "little") >> 1
-
-
 def sample_next(logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator]) -> list[int]:
-    """One next token per row of ``logits`` [B, V]: greedy at temperature 0, else temperature + top-p."""
+    """One next token per row of ``logits`` [B, V]: greedy at temperature 0, else temperature + top-p.
+
+    Sampling inverts each row's CDF at one uniform draw from the row's own generator: exact,
+    and one cheap draw per row instead of a ``multinomial`` call per row.
+    """
     if sampling.temperature <= 0:
         return logits.argmax(dim=-1).tolist()
     probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
@@ -65,7 +57,10 @@ def sample_next(logits: torch.Tensor, sampling: SamplingParams, generators: list
         outside = sorted_p.cumsum(dim=-1) - sorted_p > sampling.top_p
         sorted_p = sorted_p.masked_fill(outside, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    return [int(torch.multinomial(probs[i], 1, generator=generators[i])) for i in range(len(generators))]
+    cdf = probs.cumsum(dim=-1)
+    u = torch.cat([torch.rand(1, generator=g) for g in generators]).to(cdf.device)[:, None] * cdf[:, -1:]
+    # searchsorted finds the first index whose CDF exceeds u; zero-probability tokens never qualify.
+    return torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1).squeeze(1).tolist()
 
 
 def gqa_attention(
@@ -199,7 +194,6 @@ class PrefixCache:
         self._tokens = 0
 
 
-@register("policy", "local")
 class LocalPolicy:
     """Policy over a local Hugging Face causal LM. Exposes ``model``, ``tokenizer``, ``model_path``."""
 
@@ -287,7 +281,7 @@ class LocalPolicy:
         n_layers, heads, head_dim = self._kv_shape()
         p, kv = self.prefix_cache.longest(ids)
         if kv is None:
-            empty = torch.zeros((1, heads, 0, head_dim), dtype=self.model.dtype, device=self.device)
+            empty = torch.zeros((1, heads, 0, head_dim), dtype=next(self.model.parameters()).dtype, device=self.device)
             kv = [(empty, empty)] * n_layers
         cache = _growing_cache(kv, len(ids))
         out = self.model(

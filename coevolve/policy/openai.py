@@ -25,9 +25,8 @@ import httpx
 
 from coevolve.config import PolicyConfig
 from coevolve.policy.base import Generation, Message, SamplingParams
-from coevolve.policy.local import row_seed
+from coevolve.policy import row_seed
 from coevolve.policy.prompts import TokenCounter, fit_budget, to_wire
-from coevolve.registry import register
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 _FINISH = {"stop": "stop", "tool_calls": "stop", "length": "length"}
@@ -51,7 +50,6 @@ def _hermes(tool_calls: list[dict[str, Any]]) -> str:
     return "\n".join(blocks)
 
 
-@register("policy", "openai")
 class OpenAIPolicy:
     """Policy over an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
 

@@ -11,7 +11,7 @@ One round (``train_local``):
    (same initial state per group), write every step of them to ``rollouts`` (phase train,
    part ``<run_id>-train-s<step>``: a rerun overwrites), normalize the episode rewards within
    each group, and take one optimizer step of the clipped policy-gradient loss (+ KL) on
-   the assistant tokens, accumulated over ``grad_accum`` micro-batches;
+   the assistant tokens, accumulated over micro-batches of ``micro_batch_size`` sequences;
 4. merge the adapters and save a Hugging Face checkpoint (weights + tokenizer) to
    ``<checkpoint_dir>/<run_id>/round-<round>``.
 
@@ -159,8 +159,7 @@ class GrpoTrainer:
         examples = [encode_result(self.tokenizer, results[i], self.cfg.policy.tool_format, t.max_seq_tokens) for i in keep]
         total_tokens = float(sum(sum(m) for _, m in examples)) or 1.0
         stats["n_tokens"] = sum(len(ids) for ids, _ in examples)
-        n_micro = max(1, min(t.grad_accum, len(examples)))
-        size = -(-len(examples) // n_micro)
+        size = t.micro_batch_size
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         for start in range(0, len(examples), size):
@@ -223,6 +222,8 @@ def train_local(
     if cfg.policy.backend != "local":
         raise ValueError(f"train.backend 'local' trains a local model; policy.backend is {cfg.policy.backend!r}")
     t = cfg.train
+    # a rerun of the round replaces its training rollouts, even if it now takes fewer steps
+    store.delete_parts("rollouts", round, f"{run_id}-train-s")
     seed = cfg.seed * 1000 + round
     torch.manual_seed(seed)
     env = resolve("environment", cfg.env.name)()
@@ -234,7 +235,8 @@ def train_local(
     if t.sft_steps > 0:
         chats = reference_chats(env, tasks, step_limit=cfg.env.step_limit, seed=seed)
         examples = [encode_result(policy.tokenizer, r, cfg.policy.tool_format, t.max_seq_tokens) for r in chats]
-        run_sft(model, policy.tokenizer, examples, steps=t.sft_steps, batch_size=t.sft_batch_size, lr=t.sft_lr, seed=seed)
+        run_sft(model, policy.tokenizer, examples, steps=t.sft_steps, batch_size=t.sft_batch_size, lr=t.sft_lr,
+                micro_batch_size=t.micro_batch_size, seed=seed)
         policy.prefix_cache.clear()
 
     trainer = GrpoTrainer(policy, env, cfg, model, ref_model)

@@ -54,9 +54,11 @@ def run_sft(
     batch_size: int,
     lr: float,
     seed: int,
+    micro_batch_size: int | None = None,
 ) -> list[float]:
     """``steps`` optimizer steps of masked NLL on ``examples`` (``(ids, mask)`` pairs from
-    ``encode_chat``, cycled in a seeded shuffle, ``batch_size`` per step). Returns each step's loss."""
+    ``encode_chat``, cycled in a seeded shuffle, ``batch_size`` per step, forwarded
+    ``micro_batch_size`` at a time with the gradients accumulated). Returns each step's loss."""
     examples = [e for e in examples if sum(e[1]) > 0]
     if steps <= 0 or not examples:
         return []
@@ -65,22 +67,27 @@ def run_sft(
     rng = random.Random(seed)
     order: list[int] = []
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    micro = micro_batch_size or batch_size
     losses = []
     model.train()
     for _ in range(steps):
-        batch_idx = []
-        while len(batch_idx) < min(batch_size, len(examples)):
+        chosen = []
+        while len(chosen) < min(batch_size, len(examples)):
             if not order:
                 order = list(range(len(examples)))
                 rng.shuffle(order)
-            batch_idx.append(order.pop())
-        batch = collate([examples[i] for i in batch_idx], pad)
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        loss = sft_loss(token_logprobs(logits, batch["input_ids"]), batch["loss_mask"])
+            chosen.append(examples[order.pop()])
+        n_tokens = float(sum(sum(m) for _, m in chosen))
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        total = 0.0
+        for start in range(0, len(chosen), micro):
+            batch = collate(chosen[start : start + micro], pad)
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            loss = sft_loss(token_logprobs(logits, batch["input_ids"]), batch["loss_mask"], denom=n_tokens)
+            loss.backward()
+            total += loss.item()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(total)
     model.eval()
     return losses

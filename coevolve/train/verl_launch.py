@@ -126,6 +126,7 @@ def train_verl(
     reachable from the cluster (S3 for a remote cluster). ``on_line`` receives verl's output.
     """
     plan = prepare(cfg, run_id, round, policy_in, tasks)
+    store.delete_parts("rollouts", round, f"{run_id}-train-verl-")  # a rerun replaces the round's rows
     on_line(f"launching: {format_command(plan.command)}")
     stream(plan.command, on_line)
     target = merge_checkpoint(plan.workdir, max(cfg.train.steps, 1), checkpoint_path(cfg, run_id, round), on_line)
