@@ -21,7 +21,8 @@ Rewards: every row of an episode carries the episode's ``episode_reward`` and ``
 the benchmark passed that turn, so step rewards sum to the fraction of turns passed.
 
 Randomness: each generation is seeded from (seed, phase, round, train_step, epoch, task,
-sample, turn, step), so the same seed gives the same rollouts whatever the batching.
+sample, turn, step), so the same seed and batch size give the same rollouts, and another
+batch size the same ones up to float rounding (see ``coevolve.policy.local``).
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def _digest(*parts: Any) -> str:
 
 
 class _Engine:
+    """Opens, advances and scores episodes; `run_episodes` schedules them."""
+
     def __init__(self, policy: Policy, env: Environment, *, sampling: SamplingParams, step_limit: int,
                  base_row: dict[str, Any], step_timeout_s: float | None, system_prompt: str):
         self.policy, self.env = policy, env
@@ -256,6 +259,9 @@ def run_episodes(
             if waiting:
                 gens = policy.chat([r.messages for r in waiting], [r.tools for r in waiting],
                                    engine.sampling, [engine.meta(r) for r in waiting])
+                if len(gens) != len(waiting):
+                    raise RuntimeError(f"{type(policy).__name__}.chat returned {len(gens)} generations "
+                                       f"for {len(waiting)} conversations")
                 for run, gen in zip(waiting, gens):
                     try:
                         engine.advance(run, gen)

@@ -186,6 +186,18 @@ def test_environment_failures_end_only_their_episode():
     assert good.finish_reason is None and good.score.success
 
 
+def test_a_policy_that_drops_conversations_is_an_error():
+    with pytest.raises(RuntimeError, match="returned 0 generations for 2"):
+        run(_Empty(), make_tasks(2))
+
+
+class _Empty:
+    name, version = "empty", "empty"
+
+    def chat(self, conversations, tools, sampling, meta=None):
+        return []
+
+
 def test_context_limit_ends_the_episode():
     class Full(Scripted):
         def chat(self, conversations, tools, sampling, meta=None):
@@ -230,3 +242,26 @@ def test_tiny_model_rollouts_are_reproducible_and_batch_independent(tiny_cfg, on
     assert rows(4) == first, "same seed, same rollouts"
     assert rows(6) == first, "a row's sample does not depend on its batch"
     assert rows(4, seed=8) != first
+
+
+def test_bfcl_episodes_with_the_tiny_model_record_every_step(tiny_cfg, one_thread):
+    from coevolve.envs.bfcl import BfclEnvironment
+    from coevolve.policy import load_policy
+
+    env = BfclEnvironment()
+    tasks = env.load_tasks(["multi_turn_base"], limit=2)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=16)
+
+    def go():
+        return run_episodes(load_policy(tiny_cfg), env, tasks, n_samples=2, sampling=sampling, step_limit=2,
+                            phase="eval", run_id="bfcl", round=0, batch_size=4, seed=3)
+
+    first = go()
+    for r in first:
+        assistant = sum(1 for m in r.messages if m["role"] == "assistant")
+        # every model message is at least one row, and its tokens are counted once
+        assert len(r.steps) >= assistant and sum(s["n_tokens"] for s in r.steps) == r.n_generated_tokens > 0
+        turns = sorted({s["turn"] for s in r.steps})
+        assert turns == list(range(len(turns)))
+    assert to_table("rollouts", [s for r in first for s in r.steps]).num_rows == sum(len(r.steps) for r in first)
+    assert [[s["observation"] for s in r.steps] for r in go()] == [[s["observation"] for s in r.steps] for r in first]

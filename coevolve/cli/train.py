@@ -91,8 +91,8 @@ def bench_train(
 def bench_sft(
     model: str = typer.Option("smollm2", "--model", help="Model to warm-start."),
     steps: int = typer.Option(30, "--steps", help="LoRA SFT steps."),
-    n_train: int = typer.Option(32, "--train", help="BFCL-derived tasks whose reference trajectories are trained on."),
-    n_heldout: int = typer.Option(16, "--heldout", help="Held-out BFCL-derived tasks measured."),
+    n_train: int = typer.Option(24, "--train", help="BFCL-derived tasks whose reference trajectories are trained on."),
+    n_heldout: int = typer.Option(12, "--heldout", help="Held-out BFCL-derived tasks measured."),
     batch: int = typer.Option(2, "--batch", help="Trajectories per SFT step."),
     lr: float = typer.Option(5e-4, "--lr", help="SFT learning rate."),
 ) -> None:

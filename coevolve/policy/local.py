@@ -13,10 +13,12 @@ Generation is a hand-written loop over ``model.forward`` (not ``generate``) so t
 - decode all rows together, left-padded, in a KV cache that appends in place
   (``_GrowingLayer``) and reads grouped KV heads without copying them (``gqa_attention``);
 - draw every row from its own random generator seeded from (seed, task, sample, turn, step),
-  so a row's sample does not depend on which other rows share its batch.
+  so a row's sample does not depend on which other rows share its batch (up to float
+  rounding: padding changes reduction orders in the last bits, which can flip a draw that
+  lands on a boundary, rarely, with peaked real-model distributions).
 
-Cached KV depends on float rounding of the batch it was computed in, so bitwise
-reproducibility holds for the same sequence of calls on a fresh policy (a fresh process).
+Bitwise reproducibility holds for the same sequence of calls with the same batch size on a
+fresh policy (a fresh process): cached KV carries the rounding of the call that made it.
 The cache is dropped whenever the weights change (an optimizer step, new LoRA adapters).
 """
 

@@ -87,7 +87,7 @@ def first_call_quality(policy, env, tasks: list, *, max_new_tokens: int) -> dict
     return {"parsed": parsed / n, "valid": valid / n, "correct": correct / n, "n": len(tasks)}
 
 
-def sft_probe(model_name: str = "smollm2", *, sft_steps: int = 30, n_train: int = 32, n_heldout: int = 16,
+def sft_probe(model_name: str = "smollm2", *, sft_steps: int = 30, n_train: int = 24, n_heldout: int = 12,
               batch: int = 2, lr: float = 5e-4, max_tokens: int = 1536, seed: int = 0) -> dict:
     """Does a short LoRA SFT warm start teach ``model_name`` BFCL tool calls?
 

@@ -18,7 +18,9 @@ import torch
 import torch.nn.functional as F
 
 
-def group_advantages(rewards: Sequence[float], groups: Sequence[object], *, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
+def group_advantages(
+    rewards: Sequence[float], groups: Sequence[object], *, scale: bool = True, eps: float = 1e-4
+) -> torch.Tensor:
     """Advantage of each episode relative to the other samples of its task.
 
     ``rewards``: [N] episode rewards; ``groups``: [N] group keys (the task of each episode).
@@ -91,7 +93,9 @@ def clipped_pg_loss(
     return loss, {"clip_frac": float(clip_frac), "ratio": float(mean_ratio)}
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, denom: float | None = None) -> torch.Tensor:
+def kl_penalty(
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, denom: float | None = None
+) -> torch.Tensor:
     """Per-token KL(policy || reference) with the low-variance k3 estimator, token mean.
 
     ``logp``, ``ref_logp``, ``mask``: [B, T]. k3 = exp(ref - logp) - (ref - logp) - 1 is

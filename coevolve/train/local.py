@@ -127,7 +127,9 @@ class GrpoTrainer:
             self.env,
             tasks,
             n_samples=t.group_size,
-            sampling=SamplingParams(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, seed=seed),
+            sampling=SamplingParams(
+                temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, seed=seed
+            ),
             step_limit=self.cfg.env.step_limit,
             phase="train",
             run_id=run_id,
@@ -156,7 +158,8 @@ class GrpoTrainer:
         stats = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "n_tokens": 0, "n_trained": len(keep)}
         if not keep:  # no optimizer step, so the schedule (counted in optimizer steps) waits too
             return stats
-        examples = [encode_result(self.tokenizer, results[i], self.cfg.policy.tool_format, t.max_seq_tokens) for i in keep]
+        fmt = self.cfg.policy.tool_format
+        examples = [encode_result(self.tokenizer, results[i], fmt, t.max_seq_tokens) for i in keep]
         total_tokens = float(sum(sum(m) for _, m in examples)) or 1.0
         stats["n_tokens"] = sum(len(ids) for ids, _ in examples)
         size = t.micro_batch_size
@@ -246,7 +249,9 @@ def train_local(
     for step in range(1, t.steps + 1):
         started = time.monotonic()
         epoch, step_tasks = next(batches)
-        results = trainer.rollouts(step_tasks, run_id=run_id, round=round, step=step, epoch=epoch, seed=seed * 100 + step)
+        results = trainer.rollouts(
+            step_tasks, run_id=run_id, round=round, step=step, epoch=epoch, seed=seed * 100 + step
+        )
         rows = [row for r in results for row in r.steps]
         store.write("rollouts", round, f"{run_id}-train-s{step:04d}", rows)
         stats = trainer.update(results)

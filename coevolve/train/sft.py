@@ -30,13 +30,16 @@ def reference_chats(env: Any, tasks: list[Task], *, step_limit: int, seed: int) 
     from coevolve.policy.replay import ReplayPolicy
     from coevolve.rollout import run_episodes
 
+    # the replay sends a turn's calls in one message; the engine must let all of them run
+    longest = max((len(calls) for t in tasks for calls in t.reference_actions), default=0)
+
     results = run_episodes(
         ReplayPolicy(tasks),
         env,
         tasks,
         n_samples=1,
         sampling=SamplingParams(temperature=0.0),
-        step_limit=step_limit,
+        step_limit=max(step_limit, longest + 1),
         phase="train",
         run_id="sft",
         round=0,

@@ -107,7 +107,8 @@ def round_metrics(store: Any, run_id: str, round: int) -> tuple[int, float, floa
     n = len(episodes)
     if not n:
         return 0, 0.0, 0.0
-    return n, sum(r["episode_reward"] for r in episodes.values()) / n, sum(bool(r["success"]) for r in episodes.values()) / n
+    rows = episodes.values()
+    return n, sum(r["episode_reward"] for r in rows) / n, sum(bool(r["success"]) for r in rows) / n
 
 
 def train_verl(
