@@ -40,8 +40,13 @@ class EnvConfig:
     )
     train_ids: list[str] = _help("Explicit seed task ids (overrides categories/train_limit).", factory=list)
     train_limit: int = _help("Number of seed tasks in the initial pool.", 8)
-    heldout_limit: int = _help("Number of held-out tasks evaluated each round.", 8)
-    step_limit: int = _help("Maximum model steps (calls) per turn before the turn is cut.", 6)
+    heldout_limit: int = _help("Number of held-out tasks evaluated each round.", 4)
+    max_turns: int = _help(
+        "Keep only the first N turns of each seed task (0 = all). BFCL scores every turn on its own "
+        "state and responses, so a prefix is still a faithfully scored task; on a CPU it bounds episode length.",
+        2,
+    )
+    step_limit: int = _help("Maximum model messages per turn before the turn is cut.", 2)
     step_timeout_s: float = _help("Wall-clock limit of one environment step, seconds.", 5.0)
 
     def validate(self) -> None:
@@ -64,7 +69,7 @@ class PolicyConfig:
     api_key_env: str = _help("Environment variable holding the endpoint's API key.", "OPENAI_API_KEY")
     tool_format: str = _help("How tool schemas are rendered: 'compact' (one line per function) or 'json'.", "compact")
     max_context_tokens: int = _help("Prompt budget; longer histories are truncated oldest-first.", 2048)
-    max_new_tokens: int = _help("Generation budget per assistant message.", 96)
+    max_new_tokens: int = _help("Generation budget per assistant message.", 64)
     temperature: float = _help("Sampling temperature for training rollouts.", 1.0)
     top_p: float = _help("Nucleus sampling for training rollouts.", 1.0)
     batch_size: int = _help("Episodes generated together by the rollout engine.", 8)
@@ -85,7 +90,11 @@ class PolicyConfig:
 class TrainConfig:
     backend: str = _help("Trainer plug-in: 'local' (torch, CPU or one GPU) or 'verl' (Ray cluster).", "local")
     checkpoint_dir: str = _help("Local directory of per-round Hugging Face checkpoints.", ".coevolve/checkpoints")
-    sft_steps: int = _help("SFT warm-start steps on reference trajectories of the pool (0 = off).", 8)
+    sft_steps: int = _help(
+        "SFT warm-start steps on reference trajectories of the pool, run when training starts from the "
+        "base model (0 = off).",
+        10,
+    )
     steps: int = _help("GRPO steps per round.", 2)
     tasks_per_step: int = _help("Tasks per GRPO step.", 2)
     group_size: int = _help("Rollouts per task (the GRPO group, n).", 4)
@@ -101,8 +110,8 @@ class TrainConfig:
         "optimizer step (gradient accumulation), so this bounds memory without changing the update.",
         4,
     )
-    max_seq_tokens: int = _help("Longest training sequence; longer episodes are cut from the left.", 2048)
-    sft_batch_size: int = _help("Reference trajectories per SFT warm-start step.", 4)
+    max_seq_tokens: int = _help("Longest training sequence; longer episodes are cut from the left.", 1536)
+    sft_batch_size: int = _help("Reference trajectories per SFT warm-start step.", 2)
     lr_scheduler: str = _help(
         "Learning-rate schedule of the GRPO steps (a transformers.get_scheduler name: "
         "'constant', 'constant_with_warmup', 'linear', 'cosine', ...).",

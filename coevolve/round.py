@@ -109,6 +109,9 @@ def seed_pool(store: Store, cfg: RunConfig) -> dict:
     for split, tasks in (("train", train), ("heldout", heldout)):
         for t in tasks:
             t.split, t.origin, t.created_round, t.run_id = split, "seed", 0, cfg.run_name
+            if cfg.env.max_turns:
+                t.turns = t.turns[: cfg.env.max_turns]
+                t.reference_actions = t.reference_actions[: cfg.env.max_turns]
             rows.append(t.to_row())
     version = store.commit_pool(run_id=cfg.run_name, round=0, new_tasks=rows, expected_parent=None)
     return {"version": version.version, "size": len(train), "heldout": len(heldout)}

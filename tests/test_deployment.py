@@ -54,7 +54,7 @@ def test_trigger_deployment_and_wait(prefect_harness, tmp_path):
             "rounds": 1,
             "store": store,
             "run_name": "from-ui",
-            "overrides": {"train.steps": 1, "train.checkpoint_dir": str(tmp_path / "ckpt")},
+            "overrides": {"train.steps": 1, "train.sft_steps": 10, "train.checkpoint_dir": str(tmp_path / "ckpt")},
         },
         timeout=0,  # return at once; the worker below runs it
     )

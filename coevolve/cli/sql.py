@@ -21,6 +21,19 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
+def _flat(table):
+    """CSV has no nested types: write lists and structs as JSON text."""
+    import json
+
+    import pyarrow as pa
+
+    for i, field in enumerate(table.schema):
+        if pa.types.is_nested(field.type):
+            values = [None if v is None else json.dumps(v, default=str) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, field.name, pa.array(values, pa.string()))
+    return table
+
+
 @app.command()
 def sql(
     query: str = typer.Argument(..., help="SQL over the views: tasks, pool_versions, rollouts, signals, explorations, candidates, rounds."),
@@ -45,7 +58,7 @@ def sql(
     if format is OutputFormat.csv:
         import pyarrow.csv as pacsv
 
-        pacsv.write_csv(table, sys.stdout.buffer)
+        pacsv.write_csv(_flat(table), sys.stdout.buffer)
     elif format is OutputFormat.json:
         import json
 

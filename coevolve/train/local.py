@@ -235,7 +235,8 @@ def train_local(
     model = attach_lora(policy.model, t.lora_r, t.lora_alpha) if t.lora else policy.model
     ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False) if t.kl_coef > 0 and not t.lora else None
 
-    if t.sft_steps > 0:
+    # a warm start: only when this round starts from the base model, not from a trained checkpoint
+    if t.sft_steps > 0 and policy_in == cfg.policy.model:
         chats = reference_chats(env, tasks, step_limit=cfg.env.step_limit, seed=seed)
         examples = [encode_result(policy.tokenizer, r, cfg.policy.tool_format, t.max_seq_tokens) for r in chats]
         run_sft(model, policy.tokenizer, examples, steps=t.sft_steps, batch_size=t.sft_batch_size, lr=t.sft_lr,
