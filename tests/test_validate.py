@@ -250,6 +250,7 @@ def test_llm_explorer_and_abstractor_round_over_http(signal_store, env, scripted
         "store": store.uri, "run_name": "t", "explore.explorer": "llm", "explore.base_url": scripted_endpoint,
         "explore.model": "scripted", "explore.steps_per_run": 7, "abstract.abstractor": "llm",
         "abstract.base_url": scripted_endpoint, "abstract.model": "scripted", "validate.solver": "explorer",
+        "env.step_limit": 6,  # the scripted solver needs a few messages per turn
     })
     assert explore(store, cfg, "t", 1) == 6 * 2 * 7
     steps = store.read("explorations").to_pylist()

@@ -30,6 +30,7 @@ def train(
     dry_run: bool = typer.Option(False, "--dry-run", help="verl: print the composed config and launch command only."),
     set_: list[str] = typer.Option([], "--set", help="Config override KEY=VALUE (repeatable)."),
 ) -> None:
+    """Train the policy on the store's pool once (local or verl); --dry-run shows verl's config."""
     from coevolve.cli.run import _parse_sets, preflight
 
     overrides = {**_parse_sets(set_), "train.backend": backend, "store": store}
