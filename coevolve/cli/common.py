@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
+import yaml
 from rich.console import Console
 
 from coevolve.store import Store, StoreError
@@ -17,6 +18,51 @@ err_console = Console(stderr=True)
 def fail(message: str, code: int = 2) -> NoReturn:
     err_console.print(f"[bold red]error:[/bold red] {message}")
     raise typer.Exit(code)
+
+
+def parse_sets(pairs: list[str], prefix: str = "") -> dict[str, Any]:
+    """``--set KEY=VALUE`` options as dotted overrides (values parsed as YAML scalars)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--set expects KEY=VALUE (e.g. {prefix or 'train.'}steps=4), got {pair!r}")
+        out[f"{prefix}{key}"] = yaml.safe_load(value)
+    return out
+
+
+def load_config_or_fail(config: str | None, overrides: dict[str, Any]):
+    """``load_config`` that exits with the offending field named instead of a traceback."""
+    from coevolve.config import ConfigError, load_config
+
+    try:
+        return load_config(config, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def preflight(config: str | None, overrides: dict[str, Any]):
+    """Load and check everything that can be checked before anything is written:
+    the config, the plug-in names it uses, and that the store is reachable."""
+    from coevolve.config import ConfigError
+    from coevolve.registry import resolve
+
+    cfg = load_config_or_fail(config, overrides)
+    try:
+        for kind, name in (
+            ("environment", cfg.env.name),
+            ("trainer", cfg.train.backend),
+            ("explorer", cfg.explore.explorer),
+            ("abstractor", cfg.abstract.abstractor),
+        ):
+            try:
+                resolve(kind, name)
+            except KeyError as exc:
+                raise ConfigError(f"{kind} {name!r}: {exc.args[0]}") from None
+        Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region).check_reachable()
+    except (ConfigError, StoreError) as exc:
+        fail(str(exc))
+    return cfg
 
 
 def open_store_or_fail(uri: str, endpoint_url: str = "", region: str = "", must_exist: bool = True) -> Store:

@@ -16,16 +16,7 @@ from typing import Optional
 import typer
 
 from coevolve.cli.app import app, bench_app
-from coevolve.cli.common import console, fail
-
-
-def _load(config: Optional[str], overrides: dict):
-    from coevolve.config import ConfigError, load_config
-
-    try:
-        return load_config(config, overrides)
-    except ConfigError as exc:
-        fail(str(exc))
+from coevolve.cli.common import console, fail, load_config_or_fail
 
 
 def _select(env, categories: list[str], ids: list[str], limit: Optional[int]):
@@ -76,7 +67,7 @@ def eval_command(
     from coevolve.registry import resolve
     from coevolve.store import Store, StoreError
 
-    cfg = _load(config, {"env.name": env_name, "policy.model": model, "store": store})
+    cfg = load_config_or_fail(config, {"env.name": env_name, "policy.model": model, "store": store})
     try:
         env = resolve("environment", cfg.env.name)()
     except KeyError as exc:

@@ -14,44 +14,9 @@ import os
 import time
 
 import typer
-import yaml
 
 from coevolve.cli.app import app
-from coevolve.cli.common import console, fail
-
-
-def _parse_sets(pairs: list[str]) -> dict:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            fail(f"--set expects KEY=VALUE (e.g. train.steps=4), got {pair!r}")
-        out[key] = yaml.safe_load(value)
-    return out
-
-
-def preflight(config: str | None, overrides: dict):
-    """Load and check everything that can be checked before anything is written."""
-    from coevolve.config import ConfigError, load_config
-    from coevolve.registry import resolve
-    from coevolve.store import Store, StoreError
-
-    try:
-        cfg = load_config(config, overrides)
-        for kind, name in (
-            ("environment", cfg.env.name),
-            ("trainer", cfg.train.backend),
-            ("explorer", cfg.explore.explorer),
-            ("abstractor", cfg.abstract.abstractor),
-        ):
-            try:
-                resolve(kind, name)
-            except KeyError as exc:
-                raise ConfigError(f"{kind} {name!r}: {exc.args[0]}") from None
-        Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region).check_reachable()
-    except (ConfigError, StoreError) as exc:
-        fail(str(exc))
-    return cfg
+from coevolve.cli.common import console, parse_sets, preflight
 
 
 class StageStatus:
@@ -136,7 +101,7 @@ def run(
     set_: list[str] = typer.Option([], "--set", help="Override any field: --set train.steps=4 (repeatable)."),
 ) -> None:
     """Run, or resume, co-evolution rounds (Prefect flow); ends with a per-round summary."""
-    overrides = {"rounds": rounds, "store": store, "run_name": run_name, **_parse_sets(set_)}
+    overrides = {"rounds": rounds, "store": store, "run_name": run_name, **parse_sets(set_)}
     cfg = preflight(config, overrides)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")

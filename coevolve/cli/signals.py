@@ -13,10 +13,9 @@ import tempfile
 from enum import Enum
 
 import typer
-import yaml
 
 from coevolve.cli.app import app, bench_app
-from coevolve.cli.common import console, fail, open_store_or_fail
+from coevolve.cli.common import console, load_config_or_fail, open_store_or_fail, parse_sets
 
 
 class OutputFormat(str, Enum):
@@ -25,18 +24,7 @@ class OutputFormat(str, Enum):
 
 
 def _signals_config(config: str | None, sets: list[str]):
-    from coevolve.config import ConfigError, load_config
-
-    overrides = {}
-    for pair in sets:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            fail(f"--set expects KEY=VALUE of the signals section (e.g. rare_n=1), got {pair!r}")
-        overrides[f"signals.{key}"] = yaml.safe_load(value)
-    try:
-        return load_config(config, overrides)
-    except ConfigError as exc:
-        fail(str(exc))
+    return load_config_or_fail(config, parse_sets(sets, prefix="signals."))
 
 
 # one line of evidence per signal type, for people (``--format json`` has all of it)

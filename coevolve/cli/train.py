@@ -31,9 +31,9 @@ def train(
     set_: list[str] = typer.Option([], "--set", help="Config override KEY=VALUE (repeatable)."),
 ) -> None:
     """Train the policy on the store's pool once (local or verl); --dry-run shows verl's config."""
-    from coevolve.cli.run import _parse_sets, preflight
+    from coevolve.cli.common import parse_sets, preflight
 
-    overrides = {**_parse_sets(set_), "train.backend": backend, "store": store}
+    overrides = {**parse_sets(set_), "train.backend": backend, "store": store}
     cfg = preflight(config, overrides)
     from coevolve.round import open_run_store, pool_tasks, seed_pool
 

@@ -19,10 +19,9 @@ import time
 from collections import Counter
 
 import typer
-import yaml
 
 from coevolve.cli.app import bench_app
-from coevolve.cli.common import console, fail
+from coevolve.cli.common import console, load_config_or_fail, parse_sets
 
 
 def _pool_rows(env, size: int) -> list[dict]:
@@ -103,22 +102,12 @@ def bench_validate(
     sets: list[str] = typer.Option([], "--set", help="Override a config key, KEY=VALUE (e.g. validate.solver=policy)."),
 ) -> None:
     """Time the mechanical validation pass on BFCL candidates, and the solver's attempts/s."""
-    from coevolve.config import ConfigError, load_config
     from coevolve.envs.bfcl import BfclEnvironment
     from coevolve.registry import resolve
     from coevolve.tasks import Task
     from coevolve.validate import pool_index, reason_kind, replay, validate_rows
 
-    overrides = {}
-    for pair in sets:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            fail(f"--set expects KEY=VALUE, got {pair!r}")
-        overrides[key] = yaml.safe_load(value)
-    try:
-        cfg = load_config(config, overrides)
-    except ConfigError as exc:
-        fail(str(exc))
+    cfg = load_config_or_fail(config, parse_sets(sets))
     env = BfclEnvironment()
     t0 = time.perf_counter()
     pool_rows = _pool_rows(env, pool)
