@@ -73,6 +73,12 @@ class PolicyConfig:
     temperature: float = _help("Sampling temperature for training rollouts.", 1.0)
     top_p: float = _help("Nucleus sampling for training rollouts.", 1.0)
     batch_size: int = _help("Episodes generated together by the rollout engine.", 8)
+    dtype: str = _help(
+        "Precision the local backend generates in: 'auto' (bfloat16 for models of 50M+ parameters on a "
+        "GPU or a CPU with native bfloat16, else float32), 'float32', 'bfloat16' or 'float16'. Training "
+        "keeps float32 weights; a half-precision copy is made for generation.",
+        "auto",
+    )
     concurrency: int = _help("Parallel requests for backend 'openai'.", 4)
     timeout_s: float = _help("Request timeout for backend 'openai'.", 60.0)
 
@@ -83,6 +89,8 @@ class PolicyConfig:
             raise ConfigError("policy.base_url is required when policy.backend is 'openai'")
         if self.tool_format not in ("compact", "json"):
             raise ConfigError(f"policy.tool_format must be 'compact' or 'json', not {self.tool_format!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError(f"policy.dtype must be 'auto', 'float32', 'bfloat16' or 'float16', not {self.dtype!r}")
 
 
 # --------------------------------------------------------------------------- training

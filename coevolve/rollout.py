@@ -4,10 +4,13 @@
                            step_limit=6, phase="train", run_id="demo", round=0)
     rows = [row for r in results for row in r.steps]          # -> store.write("rollouts", ...)
 
-At most ``batch_size`` episodes are open at a time; every engine step asks the policy for the
-next assistant message of all of them in one ``chat`` call (the local backend batches them
-with a KV cache), then drives each episode's environment. When an episode ends, the next
-pending one takes its place, so the batch stays full.
+At most ``batch_size`` episodes are open at a time. Their requests for the next assistant
+message go to the policy's generation stream (``coevolve.policy.base.GenerationStream``):
+the local backend decodes all of them together in one KV cache and hands back each message
+the moment it ends, so its episode acts in the environment and rejoins the batch with its
+next prompt while the others are still generating (continuous batching); an endpoint runs
+them as concurrent requests. When an episode ends, the next pending one takes its place, so
+the batch stays full.
 
 One turn: the user message (if any) is appended, then the model acts until it answers
 without a tool call or has written ``step_limit`` messages in the turn. Every tool call is a
@@ -37,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from coevolve.envs.base import Environment, Episode, EpisodeScore, Observation, ToolCall
-from coevolve.policy.base import Generation, Message, Policy, SamplingParams
+from coevolve.policy.base import Generation, Message, Policy, Request, SamplingParams, open_stream
 from coevolve.policy.parsing import parse_tool_calls
 from coevolve.policy.prompts import SYSTEM_PROMPT
 from coevolve.tasks import Task
@@ -251,28 +254,29 @@ def run_episodes(
     total, results = len(pending), {}
     order = [(r.task.task_id, r.sample_idx, r.episode_id) for r in pending]
     active: list[_Run] = []
+    in_flight: dict[str, _Run] = {}  # episode id -> run whose next message is being generated
+    stream = open_stream(policy, engine.sampling)
     try:
         while pending or active:
             while pending and len(active) < batch_size:
                 active.append(engine.open(pending.popleft()))
-            waiting = [r for r in active if not r.done]
-            if waiting:
-                gens = policy.chat([r.messages for r in waiting], [r.tools for r in waiting],
-                                   engine.sampling, [engine.meta(r) for r in waiting])
-                if len(gens) != len(waiting):
-                    raise RuntimeError(f"{type(policy).__name__}.chat returned {len(gens)} generations "
-                                       f"for {len(waiting)} conversations")
-                for run, gen in zip(waiting, gens):
-                    try:
-                        engine.advance(run, gen)
-                    except Exception as exc:  # environment bugs end that episode only
-                        engine.fail(run, "error", f"{type(exc).__name__}: {exc}")
+            ready = [r for r in active if not r.done and r.episode_id not in in_flight]
+            if ready:
+                stream.submit([Request(r.episode_id, r.messages, r.tools, engine.meta(r)) for r in ready])
+                in_flight.update((r.episode_id, r) for r in ready)
+            for key, gen in stream.collect() if in_flight else []:
+                run = in_flight.pop(key)
+                try:
+                    engine.advance(run, gen)
+                except Exception as exc:  # environment bugs end that episode only
+                    engine.fail(run, "error", f"{type(exc).__name__}: {exc}")
             for run in [r for r in active if r.done]:
                 results[run.episode_id] = engine.finish(run)
                 if progress:
                     progress(len(results), total)
             active = [r for r in active if not r.done]
     finally:
+        stream.close()
         if engine.pool:
             engine.pool.shutdown(wait=False, cancel_futures=True)
     return [results[eid] for _, _, eid in order]

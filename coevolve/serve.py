@@ -4,8 +4,10 @@ It serves ``POST /v1/chat/completions`` (messages, optional tools, max_tokens, t
 top_p, seed; one choice), ``GET /v1/models`` and ``GET /health``, so the ``openai`` policy
 backend, the LLM explorer and the LLM abstractor can be run and tested on loopback without
 vLLM (which cannot be installed on CPU machines) and without ``transformers serve``'s extra
-dependencies. Concurrent requests are batched: a worker thread takes every request waiting
-(up to ``max_batch``) and generates them together with ``LocalPolicy.generate``.
+dependencies. Concurrent requests are batched continuously: a worker thread decodes up to
+``max_batch`` of them together (``coevolve.policy.local.Decoder``); a new request joins at the
+next token and each is answered as soon as it ends. Assistant messages the server generated
+keep their own token ids when a conversation comes back (``LocalPolicy.encode_chat``).
 
 A prompt longer than the model's context is rejected with HTTP 400 and code
 ``context_length_exceeded``, as OpenAI and vLLM do.
@@ -28,7 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from coevolve.policy.base import SamplingParams
-from coevolve.policy.local import LocalPolicy
+from coevolve.policy.local import Decoder, LocalPolicy
 
 
 @dataclass
@@ -40,10 +42,12 @@ class _Request:
 
 
 class Batcher:
-    """Runs generation requests on one worker thread, batching those that wait together."""
+    """Generates requests on one worker thread with continuous batching: a request joins the
+    running batch of its sampling parameters at the next decoding step, and is answered the
+    moment its own generation ends."""
 
-    def __init__(self, policy: LocalPolicy, max_batch: int = 8, gather_s: float = 0.01):
-        self.policy, self.max_batch, self.gather_s = policy, max_batch, gather_s
+    def __init__(self, policy: LocalPolicy, max_batch: int = 8):
+        self.policy, self.max_batch = policy, max_batch
         self._queue: queue.Queue[_Request | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="coevolve-serve-batcher", daemon=True)
         self._thread.start()
@@ -58,35 +62,47 @@ class Batcher:
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
+        decoders: dict[tuple, Decoder] = {}  # one running batch per set of sampling parameters
+        waiting: list[_Request] = []  # received, not yet in a batch (the batches are full)
         while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            time.sleep(self.gather_s)  # let concurrent requests join the batch
-            batch = [first]
-            while len(batch) < self.max_batch:
-                try:
+            busy = any(decoders.values())
+            try:  # block only while there is nothing to decode
+                item = self._queue.get(block=not busy and not waiting)
+                while True:
+                    if item is None:
+                        return
+                    waiting.append(item)
                     item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._queue.put(None)
-                    break
-                batch.append(item)
-            # One generate call per distinct set of sampling parameters.
-            groups: dict[tuple, list[_Request]] = {}
-            for req in batch:
+            except queue.Empty:
+                pass
+            joining: dict[tuple, list[_Request]] = {}
+            later = []
+            for req in waiting:
                 s = req.sampling
-                groups.setdefault((s.temperature, s.top_p, s.max_new_tokens), []).append(req)
-            for reqs in groups.values():
-                try:
-                    outs = self.policy.generate([r.ids for r in reqs], reqs[0].sampling, [r.seed for r in reqs])
-                except Exception as exc:  # report to every waiting request, keep serving
-                    for r in reqs:
-                        r.future.set_exception(exc)
-                    continue
-                for r, out in zip(reqs, outs):
-                    r.future.set_result(out)
+                key = (s.temperature, s.top_p, s.max_new_tokens)
+                if len(decoders.get(key) or ()) + len(joining.get(key, [])) < self.max_batch:
+                    joining.setdefault(key, []).append(req)
+                else:
+                    later.append(req)
+            waiting = later
+            for key, reqs in joining.items():
+                decoder = decoders.setdefault(key, Decoder(self.policy, reqs[0].sampling))
+                self._run(decoder, lambda: decoder.add([(r.future, r.ids, r.seed) for r in reqs]), reqs)
+            for decoder in decoders.values():
+                self._run(decoder, decoder.step, [])
+
+    @staticmethod
+    def _run(decoder: Decoder, work: Any, joining: list[_Request]) -> None:
+        """Run ``work`` (a join or a step), answer the finished requests; a failure goes to every
+        request of the batch and the batch is dropped (the server keeps serving)."""
+        try:
+            for future, ids, finish in work() or []:
+                future.set_result((ids, finish))
+        except Exception as exc:
+            for future in {row.key for row in decoder.rows} | {r.future for r in joining}:
+                if not future.done():
+                    future.set_exception(exc)
+            decoder.__init__(decoder.policy, decoder.sampling)
 
 
 def _error(status: int, message: str, code: str = "invalid_request_error") -> Any:
@@ -137,7 +153,7 @@ def create_app(policy: LocalPolicy, *, model_name: str | None = None, max_batch:
         )
         msgs = [{**m, "content": m.get("content") or ""} for m in messages]
         text = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
-        ids = tok.encode(text, add_special_tokens=False)
+        ids = policy.encode_chat(text, [m["content"] for m in msgs if m["role"] == "assistant"])
         if len(ids) + max_tokens > policy.max_context_tokens:
             return _error(400, f"This model's maximum context length is {policy.max_context_tokens} tokens; the "
                                f"prompt has {len(ids)} tokens and max_tokens is {max_tokens}.", "context_length_exceeded")
@@ -149,7 +165,7 @@ def create_app(policy: LocalPolicy, *, model_name: str | None = None, max_batch:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": served,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": tok.decode(out_ids)},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": policy.answer_text(out_ids)},
                          "finish_reason": finish}],
             "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out_ids),
                       "total_tokens": len(ids) + len(out_ids)},

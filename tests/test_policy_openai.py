@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from coevolve.config import PolicyConfig
-from coevolve.policy.base import SamplingParams
+from coevolve.policy.base import Request, SamplingParams
 from coevolve.policy.local import LocalPolicy
 from coevolve.policy.openai import EndpointError, OpenAIPolicy
 from coevolve.rollout import run_episodes
@@ -112,3 +112,46 @@ def test_errors_context_limit_and_exhausted_retries():
 
     with pytest.raises(EndpointError, match="after 3 attempts.*ConnectError"):
         _policy(down, max_retries=2).chat([[{"role": "user", "content": "x"}]], [[]], SamplingParams())
+
+
+def test_the_stream_hands_back_each_reply_as_it_arrives():
+    """The rollout engine's view of an endpoint: a slow request does not hold back the others."""
+    release = threading.Event()
+
+    def handler(request):
+        text = __import__("json").loads(request.content)["messages"][-1]["content"]
+        if text == "slow":
+            assert release.wait(10)
+        return _ok(f"re: {text}")
+
+    policy = _policy(handler)
+    stream = policy.stream(SamplingParams(seed=0))
+    stream.submit([Request("a", [{"role": "user", "content": "slow"}], []),
+                   Request("b", [{"role": "user", "content": "fast"}], [])])
+    assert len(stream) == 2
+    first = stream.collect()
+    assert [(key, gen.text) for key, gen in first] == [("b", "re: fast")] and len(stream) == 1
+    release.set()
+    assert [(key, gen.text) for key, gen in stream.collect()] == [("a", "re: slow")]
+    assert len(stream) == 0 and stream.collect() == []
+    stream.close()
+
+
+def test_server_answers_short_requests_while_a_long_one_generates(server):
+    """Continuous batching in ``coevolve serve``: a request that arrives while another is
+    generating is answered as soon as its own answer ends (row joins: test_policy_local)."""
+    url, local = server
+    from coevolve.serve import Batcher
+
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=600)
+    batcher = Batcher(local, max_batch=4)
+    try:
+        long = batcher.submit([5, 6, 7, 8] * 8, greedy, 0)
+        while not local.prefix_cache._entries:  # the long request is being generated
+            time.sleep(0.001)
+        short = batcher.submit([9, 10, 11] * 8, SamplingParams(temperature=0.0, max_new_tokens=3), 1)
+        ids, _ = short.result(timeout=60)
+        assert not long.done(), "the short request waited for the long one"
+        assert len(ids) <= 3 and long.result(timeout=60) == tuple(local.generate([[5, 6, 7, 8] * 8], greedy, [0])[0])
+    finally:
+        batcher.close()

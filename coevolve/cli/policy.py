@@ -1,7 +1,8 @@
 """``coevolve serve`` and ``coevolve bench rollout``: the policy layer from the command line.
 
     coevolve serve --model tiny --port 8000                 # OpenAI-compatible API on loopback
-    coevolve bench rollout --model tiny --episodes 32 --batch-size 8
+    coevolve bench rollout                                  # SmolLM2, 8 episodes, batch 8 (about 3 minutes)
+    coevolve bench rollout --model tiny --episodes 32       # the test model (seconds)
         # generated tokens/s of the rollout engine, batched vs one episode at a time, side by side
 """
 
@@ -49,25 +50,28 @@ def serve(
 
 @bench_app.command("rollout")
 def bench_rollout(
-    model: str = typer.Option("tiny", help="'tiny', 'smollm2' or a local Hugging Face directory."),
+    model: str = typer.Option("smollm2", help="'smollm2', 'tiny' or a local Hugging Face directory."),
     env_name: str = typer.Option("bfcl-v3", "--env", help="Environment plug-in."),
     category: str = typer.Option("multi_turn_base", help="Task category of the environment."),
-    episodes: int = typer.Option(32, help="Episodes per mode (tasks x samples)."),
+    episodes: int = typer.Option(
+        8, help="Episodes per mode (tasks x samples); 8 = the rollouts of one default GRPO step."),
     samples: int = typer.Option(4, help="Samples per task (the group size)."),
     batch_size: int = typer.Option(8, help="Episodes generated together in the batched mode."),
-    max_new_tokens: int = typer.Option(96, help="Generation budget per assistant message (policy default)."),
+    max_new_tokens: int = typer.Option(96, help="Generation budget per assistant message."),
     step_limit: int = typer.Option(3, help="Model messages per turn."),
     max_context_tokens: int = typer.Option(2048, help="Prompt + completion budget."),
     tool_format: str = typer.Option("compact", help="'compact' or 'json'."),
+    dtype: str = typer.Option("auto", help="policy.dtype: 'auto', 'float32', 'bfloat16' or 'float16'."),
     threads: int = typer.Option(
-        1, help="torch intra-op threads (0 = torch's default). 1 by default: on a shared 2-core machine "
-                "two OpenMP threads spinning on each other's barriers make small models several times slower."),
+        0, help="torch intra-op threads (0 = torch's default: one per core). 1 suits the tiny model, whose "
+                "steps are too small to split across cores."),
     seed: int = typer.Option(0, help="Seed of the rollouts."),
 ) -> None:
     """Rollout engine throughput: batched vs one episode at a time, plus a same-seed replay check."""
     from coevolve.config import PolicyConfig
     from coevolve.policy import load_policy
     from coevolve.policy.base import SamplingParams
+    from coevolve.policy.local import DecodeStats
     from coevolve.registry import resolve
     from coevolve.rollout import run_episodes
 
@@ -76,34 +80,46 @@ def bench_rollout(
     _set_threads(threads)
     env = resolve("environment", env_name)()
     tasks = env.load_tasks([category], limit=episodes // samples)
-    cfg = PolicyConfig(model=model, max_context_tokens=max_context_tokens, tool_format=tool_format)
-    cfg.validate()
+    cfg = PolicyConfig(model=model, max_context_tokens=max_context_tokens, tool_format=tool_format, dtype=dtype)
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        fail(str(exc))
     policy = load_policy(cfg)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
 
-    def measure(bs: int) -> tuple[list, float]:
+    def measure(bs: int) -> tuple[list, float, DecodeStats]:
         policy.prefix_cache.clear()  # every mode starts cold
+        stats = policy.stats = DecodeStats()
         t = time.perf_counter()
         results = run_episodes(policy, env, tasks, n_samples=samples, sampling=sampling, step_limit=step_limit,
                                phase="eval", run_id="bench", round=0, batch_size=bs, seed=seed)
-        return results, time.perf_counter() - t
+        return results, time.perf_counter() - t, stats
 
     import torch
 
-    console.print(f"{len(tasks)} {category} tasks x {samples} samples, model {model} ({policy.model_path}), "
-                  f"{torch.get_num_threads()} threads, max_new_tokens {max_new_tokens}, step_limit {step_limit}")
+    dtype_name = str(policy.dtype).removeprefix("torch.")
+    console.print(f"{len(tasks)} {category} tasks x {samples} samples, model {model} ({policy.model_path}, "
+                  f"{dtype_name}), {torch.get_num_threads()} threads, max_new_tokens {max_new_tokens}, "
+                  f"step_limit {step_limit}")
     rows = []
     for label, bs in ((f"batched ({batch_size})", batch_size), ("one at a time", 1)):
-        results, secs = measure(bs)
+        results, secs, stats = measure(bs)
         tokens = sum(r.n_generated_tokens for r in results)
-        steps = sum(len(r.steps) for r in results)
-        rows.append((label, len(results), steps, tokens, secs, tokens / secs, results))
-    base = rows[1][5]
-    console.print(f"{'mode':<16}{'episodes':>9}{'rows':>7}{'gen tokens':>12}{'seconds':>9}{'tok/s':>9}{'speedup':>9}")
-    for label, n, steps, tokens, secs, rate, _ in rows:
-        console.print(f"{label:<16}{n:>9}{steps:>7}{tokens:>12}{secs:>9.1f}{rate:>9.1f}{rate / base:>8.2f}x")
-    again, _ = measure(batch_size)
-    same = [[m["content"] for m in r.messages] for r in again] == [[m["content"] for m in r.messages] for r in rows[0][6]]
+        rows.append((label, len(results), tokens, secs, tokens / secs, results, stats))
+    base = rows[1][4]
+    console.print(f"{'mode':<15}{'eps':>4}{'tokens':>8}{'seconds':>9}{'tok/s':>8}{'speedup':>8}"
+                  f"{'prefill':>9}{'decode':>8}{'batch':>7}")
+    for label, n, tokens, secs, rate, _, st in rows:
+        console.print(f"{label:<15}{n:>4}{tokens:>8}{secs:>9.1f}{rate:>8.1f}{rate / base:>7.2f}x"
+                      f"{st.prefill_s:>8.1f}s{st.decode_s:>7.1f}s{st.row_steps / max(1, st.steps):>7.2f}")
+    st = rows[0][6]
+    console.print(f"tokens: generated; prefill/decode: seconds computing prompts / sampling tokens (the rest "
+                  f"is rendering, parsing, the environment); batch: mean rows per decoding step. "
+                  f"Batched: {st.prefill_tokens} prompt tokens computed, the rest found in the prefix cache; "
+                  f"{st.steps} decoding steps.")
+    again, _, _ = measure(batch_size)
+    same = [[m["content"] for m in r.messages] for r in again] == [[m["content"] for m in r.messages] for r in rows[0][5]]
     from coevolve.schemas import to_table
 
     table = to_table("rollouts", [row for r in again for row in r.steps])  # validates every row

@@ -1,12 +1,17 @@
 """The policy interface: one ``chat`` call generates the next assistant message for many
-conversations at once (the rollout engine batches all episodes waiting for the model).
+conversations at once; a ``GenerationStream`` lets conversations join and leave while others
+are still generating (what the rollout engine uses: an episode whose message is done acts in
+its environment and asks again without waiting for the rest of the batch).
 
-Backends: ``local`` (transformers, batched, KV cache) and ``openai`` (any OpenAI-compatible
-chat endpoint: vLLM at scale, hosted APIs, or coevolve's loopback server in tests).
+Backends: ``local`` (transformers, token-level continuous batching, KV cache) and ``openai``
+(any OpenAI-compatible chat endpoint: vLLM at scale, hosted APIs, or coevolve's loopback
+server in tests; requests run concurrently). A policy with only ``chat`` gets a stream through
+``ChatStream``, which generates everything submitted in one ``chat`` call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,3 +52,63 @@ class Policy(Protocol):
         that need it (ground-truth replay) and for logging; model policies ignore it.
         """
         ...
+
+
+@dataclass
+class Request:
+    """One conversation waiting for its next assistant message."""
+
+    key: Hashable  # returned with the generation
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    meta: dict[str, Any] | None = None  # as in ``Policy.chat``; seeds the row's sampling
+
+
+class GenerationStream(Protocol):
+    """Requests submitted at any time; generations collected as they finish."""
+
+    def submit(self, requests: list[Request]) -> None: ...
+
+    def collect(self) -> list[tuple[Hashable, Generation]]:
+        """Block until at least one submitted request is done; return every done one."""
+        ...
+
+    def __len__(self) -> int:
+        """Requests submitted and not yet collected."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ChatStream:
+    """A ``GenerationStream`` over ``Policy.chat``: everything pending is generated in one call."""
+
+    def __init__(self, policy: Policy, sampling: SamplingParams):
+        self.policy, self.sampling = policy, sampling
+        self._pending: list[Request] = []
+
+    def submit(self, requests: list[Request]) -> None:
+        self._pending += requests
+
+    def collect(self) -> list[tuple[Hashable, Generation]]:
+        reqs, self._pending = self._pending, []
+        if not reqs:
+            return []
+        gens = self.policy.chat([r.messages for r in reqs], [r.tools for r in reqs], self.sampling,
+                                [r.meta for r in reqs])
+        if len(gens) != len(reqs):
+            raise RuntimeError(f"{type(self.policy).__name__}.chat returned {len(gens)} generations "
+                               f"for {len(reqs)} conversations")
+        return [(r.key, g) for r, g in zip(reqs, gens)]
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def close(self) -> None:
+        self._pending = []
+
+
+def open_stream(policy: Policy, sampling: SamplingParams) -> GenerationStream:
+    """The policy's own stream (``policy.stream(sampling)``) where it has one, else a ``ChatStream``."""
+    stream = getattr(policy, "stream", None)
+    return stream(sampling) if callable(stream) else ChatStream(policy, sampling)

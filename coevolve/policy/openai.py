@@ -7,7 +7,8 @@ messages, so the endpoint needs no tool parser and the model sees the same promp
 the local backend. Replies with native ``tool_calls`` are turned back into Hermes text, so
 the rollout engine parses every backend's output the same way.
 
-Requests run in parallel up to ``cfg.concurrency``; connection errors, timeouts, 429 and 5xx
+Requests run in parallel up to ``cfg.concurrency`` (``stream`` hands each reply back as it
+arrives, so the rollout engine never waits for a batch's slowest request); connection errors, timeouts, 429 and 5xx
 are retried with exponential backoff; a context-length rejection becomes a generation with
 ``finish_reason="context_limit"`` instead of an exception.
 """
@@ -18,13 +19,14 @@ import json
 import os
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import httpx
 
 from coevolve.config import PolicyConfig
-from coevolve.policy.base import Generation, Message, SamplingParams
+from coevolve.policy.base import Generation, Message, Request, SamplingParams
 from coevolve.policy import row_seed
 from coevolve.policy.prompts import TokenCounter, fit_budget, to_wire
 
@@ -98,6 +100,10 @@ class OpenAIPolicy:
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency)) as pool:
             return list(pool.map(lambda job: self._one(*job, sampling), jobs))
 
+    def stream(self, sampling: SamplingParams) -> "EndpointStream":
+        """A ``GenerationStream`` of concurrent requests, each collected as soon as it returns."""
+        return EndpointStream(self, sampling)
+
     def _one(self, messages: list[Message], tools: list[dict[str, Any]], seed: int, sampling: SamplingParams) -> Generation:
         budget = max(16, self.cfg.max_context_tokens - sampling.max_new_tokens)
         msgs, _ = fit_budget(messages, tools, tool_format=self.cfg.tool_format, budget=budget, counter=self._counter)
@@ -147,3 +153,32 @@ class OpenAIPolicy:
         raise EndpointError(
             f"{self._url} failed after {self.max_retries + 1} attempts; last: {last}"
         )
+
+
+class EndpointStream:
+    """``GenerationStream`` of an ``OpenAIPolicy``: up to ``cfg.concurrency`` requests in flight."""
+
+    def __init__(self, policy: OpenAIPolicy, sampling: SamplingParams):
+        self.policy, self.sampling = policy, sampling
+        self._pool = ThreadPoolExecutor(max_workers=max(1, policy.cfg.concurrency))
+        self._futures: dict[Future, Hashable] = {}
+
+    def submit(self, requests: list[Request]) -> None:
+        for i, req in enumerate(requests):
+            seed = row_seed(self.sampling.seed, req.meta, i)
+            fut = self._pool.submit(self.policy._one, req.messages, req.tools, seed, self.sampling)
+            self._futures[fut] = req.key
+
+    def collect(self) -> list[tuple[Hashable, Generation]]:
+        """Replies that have arrived (at least one); an endpoint failure is raised here."""
+        if not self._futures:
+            return []
+        done, _ = wait(self._futures, return_when=FIRST_COMPLETED)
+        return [(self._futures.pop(fut), fut.result()) for fut in done]
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._futures.clear()

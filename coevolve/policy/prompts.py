@@ -30,6 +30,7 @@ The system message and the current turn's user message are never dropped.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -254,8 +255,14 @@ def render_prompt(
     max_context_tokens: int,
     max_new_tokens: int,
     max_observation_tokens: int | None = None,
+    assistant_ids: Mapping[str, list[int]] | None = None,
 ) -> Prompt:
-    """Render a conversation for a local model with its chat template, within the token budget."""
+    """Render a conversation for a local model with its chat template, within the token budget.
+
+    ``assistant_ids`` maps assistant texts to the token ids the model generated for them:
+    those ids are used as they are instead of re-tokenizing the text, which may split it
+    differently (the model's own tokens are what it saw, and what its KV cache holds).
+    """
     budget = max(16, max_context_tokens - max_new_tokens)
     counter = TokenCounter.for_tokenizer(tokenizer)
     msgs, _ = fit_budget(
@@ -264,11 +271,25 @@ def render_prompt(
     )
     wire = to_wire(msgs, tools, tool_format)
     text = tokenizer.apply_chat_template(wire, tokenize=False, add_generation_prompt=True)
-    ids = tokenizer.encode(text, add_special_tokens=False)
+    answers = [m.get("content") or "" for m in msgs if m["role"] == "assistant"] if assistant_ids else []
+    ids = encode_with_answers(text, tokenizer, [(a, assistant_ids[a]) for a in answers if a in assistant_ids])
     context_limit = len(ids) > budget
     if context_limit:
         ids = ids[-budget:]
     return Prompt(ids=ids, text=text, context_limit=context_limit)
+
+
+def encode_with_answers(text: str, tokenizer: Any, answers: list[tuple[str, list[int]]]) -> list[int]:
+    """Token ids of ``text`` where each known answer, found in order, keeps its own ids."""
+    ids: list[int] = []
+    at = 0
+    for answer, answer_ids in answers:
+        where = text.find(answer, at)
+        if where < 0:  # the template changed it (e.g. stripped it): tokenize as text
+            continue
+        ids += tokenizer.encode(text[at:where], add_special_tokens=False) + list(answer_ids)
+        at = where + len(answer)
+    return ids + tokenizer.encode(text[at:], add_special_tokens=False)
 
 
 def tokenize_for_training(
