@@ -127,10 +127,13 @@ def gqa_attention(
                                       scaling=scaling, is_causal=is_causal, **kwargs)
     b, h, q, d = query.shape
     kv = key.shape[1]
-    if key.dtype != torch.float32:  # half-precision matmuls on CPUs want contiguous operands
-        key, value = key.contiguous(), value.contiguous()
     rep = h // kv
-    scores = torch.matmul(query.reshape(b, kv, rep * q, d), key.transpose(-1, -2)) * (scaling or d**-0.5)
+    folded = query.reshape(b, kv, rep * q, d)
+    if key.dtype == torch.float32 or key.device.type != "cpu":
+        scores = torch.matmul(folded, key.transpose(-1, -2))
+    else:  # CPU half precision: q @ K^T would first copy the cache view, K @ q^T reads it in place
+        scores = torch.matmul(key, folded.transpose(-1, -2)).transpose(-1, -2)
+    scores = scores * (scaling or d**-0.5)
     if attention_mask is not None:
         mask = attention_mask[:, :, :, : key.shape[2]].repeat(1, 1, rep, 1)  # [B|1, 1, rep*q, L]
         if mask.dtype == torch.bool:
@@ -374,7 +377,10 @@ class LocalPolicy:
         out = self.runner(
             input_ids=torch.tensor([ids[p:]], device=self.device),
             position_ids=torch.arange(p, len(ids), device=self.device)[None],
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
+            past_key_values=cache, use_cache=True,
+            # An index rather than logits_to_keep=1: the slice that makes is not contiguous, and
+            # the output projection then copies its whole weight matrix on every call.
+            logits_to_keep=torch.tensor([len(ids) - p - 1], device=self.device),
         )
         row_kv = [(layer.keys, layer.values) for layer in cache.layers]
         self.prefix_cache.put(ids, row_kv)
