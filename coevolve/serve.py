@@ -69,7 +69,10 @@ class Batcher:
             try:  # block only while there is nothing to decode
                 item = self._queue.get(block=not busy and not waiting)
                 while True:
-                    if item is None:
+                    if item is None:  # closing: nothing in flight is left waiting forever
+                        stop = RuntimeError("the server is shutting down")
+                        for future in [row.key for d in decoders.values() for row in d.rows] + [r.future for r in waiting]:
+                            future.set_exception(stop)
                         return
                     waiting.append(item)
                     item = self._queue.get_nowait()
@@ -87,22 +90,26 @@ class Batcher:
             waiting = later
             for key, reqs in joining.items():
                 decoder = decoders.setdefault(key, Decoder(self.policy, reqs[0].sampling))
-                self._run(decoder, lambda: decoder.add([(r.future, r.ids, r.seed) for r in reqs]), reqs)
-            for decoder in decoders.values():
-                self._run(decoder, decoder.step, [])
+                if not self._run(decoder, lambda: decoder.add([(r.future, r.ids, r.seed) for r in reqs]), reqs):
+                    decoders.pop(key)
+            for key, decoder in list(decoders.items()):
+                if not self._run(decoder, decoder.step, []):
+                    decoders.pop(key)
 
     @staticmethod
-    def _run(decoder: Decoder, work: Any, joining: list[_Request]) -> None:
-        """Run ``work`` (a join or a step), answer the finished requests; a failure goes to every
-        request of the batch and the batch is dropped (the server keeps serving)."""
+    def _run(decoder: Decoder, work: Any, joining: list[_Request]) -> bool:
+        """Run ``work`` (a join or a step) and answer the requests it finished. On failure the
+        error goes to every request of the batch, and False says to drop the batch (the server
+        keeps serving)."""
         try:
             for future, ids, finish in work() or []:
                 future.set_result((ids, finish))
+            return True
         except Exception as exc:
             for future in {row.key for row in decoder.rows} | {r.future for r in joining}:
                 if not future.done():
                     future.set_exception(exc)
-            decoder.__init__(decoder.policy, decoder.sampling)
+            return False
 
 
 def _error(status: int, message: str, code: str = "invalid_request_error") -> Any:

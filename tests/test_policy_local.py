@@ -9,7 +9,7 @@ import torch
 from coevolve.config import PolicyConfig
 from coevolve.policy.base import SamplingParams
 from coevolve.policy import row_seed
-from coevolve.policy.local import Decoder, LocalPolicy, PrefixCache, sample_next
+from coevolve.policy.local import DecodeStats, Decoder, LocalPolicy, PrefixCache, sample_next
 
 TOOLS = [{"name": "ls", "description": "List files.", "parameters": {"type": "dict", "properties": {}}}]
 
@@ -181,3 +181,15 @@ def test_half_precision_generation_runs_on_a_copy_that_follows_the_weights():
     assert half.runner is not runner and all(not p.any() for p in half.runner.parameters())
     with pytest.raises(ValueError, match="policy.dtype"):
         PolicyConfig(dtype="int8").validate()
+
+
+def test_a_groups_identical_prompts_are_computed_once(policy):
+    """GRPO samples of one task start from the same prompt: one prefill serves them all."""
+    prompt = [5, 6, 7, 8] * 10
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=6)
+    policy.prefix_cache.clear()
+    alone = [policy.generate([prompt], sampling, [seed])[0] for seed in (1, 2, 3)]
+    policy.prefix_cache.clear()
+    policy.stats = DecodeStats()
+    assert policy.generate([prompt] * 3, sampling, [1, 2, 3]) == alone
+    assert policy.stats.prefill_tokens == len(prompt)

@@ -102,6 +102,8 @@ def bench_rollout(
     console.print(f"{len(tasks)} {category} tasks x {samples} samples, model {model} ({policy.model_path}, "
                   f"{dtype_name}), {torch.get_num_threads()} threads, max_new_tokens {max_new_tokens}, "
                   f"step_limit {step_limit}")
+    # Warm up outside the timings: the half-precision copy of the weights, kernel selection.
+    policy.generate([list(range(1, 33))] * 2, SamplingParams(temperature=1.0, max_new_tokens=4), [0, 1])
     rows = []
     for label, bs in ((f"batched ({batch_size})", batch_size), ("one at a time", 1)):
         results, secs, stats = measure(bs)

@@ -203,13 +203,24 @@ class PrefixCache:
 
     A lookup reuses the longest common prefix with any stored sequence: in a causal model the
     KV of a position depends only on the tokens up to it, so a partial match is as good as a
-    whole one (a re-tokenized previous answer that diverges late still saves its start).
+    whole one (a re-tokenized previous answer that diverges late still saves its start). A
+    prompt stored with its next-token logits needs no computation at all when asked again
+    (the other samples of a GRPO group).
     """
 
     def __init__(self, max_tokens: int):
         self.max_tokens = max_tokens
         self._entries: OrderedDict[tuple[int, ...], tuple[np.ndarray, list[tuple[torch.Tensor, torch.Tensor]]]] = OrderedDict()
+        self._logits: dict[tuple[int, ...], torch.Tensor] = {}
         self._tokens = 0
+
+    def exact(self, ids: list[int]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor] | None:
+        """(kv, next-token logits) of exactly ``ids`` if it was stored with its logits."""
+        key = tuple(ids)
+        if key not in self._logits:
+            return None
+        self._entries.move_to_end(key)
+        return self._entries[key][1], self._logits[key]
 
     def longest(self, ids: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
         """(n, kv): the KV of the longest cached prefix of ``ids``, at most ``len(ids) - 1`` tokens."""
@@ -228,18 +239,22 @@ class PrefixCache:
         self._entries.move_to_end(best_key)
         return best, [(k[:, :, :best], v[:, :, :best]) for k, v in self._entries[best_key][1]]
 
-    def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], logits: torch.Tensor | None = None) -> None:
         key = tuple(ids)
         if len(key) < _MIN_PREFIX or len(key) > self.max_tokens or key in self._entries:
             return
         self._entries[key] = (np.asarray(ids), kv)
+        if logits is not None:
+            self._logits[key] = logits
         self._tokens += len(key)
         while self._tokens > self.max_tokens:
             old, _ = self._entries.popitem(last=False)
+            self._logits.pop(old, None)
             self._tokens -= len(old)
 
     def clear(self) -> None:
         self._entries.clear()
+        self._logits.clear()
         self._tokens = 0
 
 
@@ -367,6 +382,9 @@ class LocalPolicy:
         prompt of a sibling sample, or this episode's previous prompt and answer), computes
         only the rest, and caches the result for the next lookups.
         """
+        hit = self.prefix_cache.exact(ids)
+        if hit is not None:
+            return hit
         n_layers, heads, head_dim = self._kv_shape()
         p, kv = self.prefix_cache.longest(ids)
         self.stats.prefill_tokens += len(ids) - p
@@ -383,8 +401,9 @@ class LocalPolicy:
             logits_to_keep=torch.tensor([len(ids) - p - 1], device=self.device),
         )
         row_kv = [(layer.keys, layer.values) for layer in cache.layers]
-        self.prefix_cache.put(ids, row_kv)
-        return row_kv, out.logits[0, -1]
+        logits = out.logits[0, -1]
+        self.prefix_cache.put(ids, row_kv, logits)
+        return row_kv, logits
 
     @torch.inference_mode()
     def generate(
