@@ -486,9 +486,9 @@ class Decoder:
         lengths = [len(row.prompt) for row in rows]
         width = max([self.width, *lengths])
 
-        def padded(t: torch.Tensor) -> torch.Tensor:
-            missing = width - t.shape[2]
-            return t if not missing else torch.cat([t.new_zeros(t.shape[:2] + (missing, t.shape[3])), t], dim=2)
+        def padded(x: torch.Tensor) -> torch.Tensor:  # left-pad [1|B, heads, len, dim] to the batch width
+            missing = width - x.shape[2]
+            return x if not missing else torch.cat([x.new_zeros(x.shape[:2] + (missing, x.shape[3])), x], dim=2)
 
         layers = []
         for li in range(len(prefills[0][0])):
