@@ -108,6 +108,24 @@ class ChatStream:
         self._pending = []
 
 
+def chat_through(
+    stream: GenerationStream,
+    conversations: list[list[Message]],
+    tools: list[list[dict[str, Any]]],
+    meta: list[dict[str, Any]] | None = None,
+) -> list[Generation]:
+    """``Policy.chat`` on top of a stream: submit every conversation, collect all, in order."""
+    try:
+        stream.submit([Request(i, conv, tl, meta[i] if meta else None)
+                       for i, (conv, tl) in enumerate(zip(conversations, tools))])
+        out: dict[Hashable, Generation] = {}
+        while stream:
+            out.update(stream.collect())
+        return [out[i] for i in range(len(conversations))]
+    finally:
+        stream.close()
+
+
 def open_stream(policy: Policy, sampling: SamplingParams) -> GenerationStream:
     """The policy's own stream (``policy.stream(sampling)``) where it has one, else a ``ChatStream``."""
     stream = getattr(policy, "stream", None)

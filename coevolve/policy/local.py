@@ -50,7 +50,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from coevolve.config import PolicyConfig
 from coevolve.policy import row_seed
-from coevolve.policy.base import Generation, Message, Request, SamplingParams
+from coevolve.policy.base import Generation, Message, Request, SamplingParams, chat_through
 from coevolve.policy.models import resolve_model
 from coevolve.policy.prompts import Prompt, encode_with_answers, render_prompt
 
@@ -189,8 +189,6 @@ class _GrowingLayer(DynamicLayer):
         self._n -= trim
         self._views()
 
-    batch_select_indices = keep
-
 
 def _growing_cache(layers: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> DynamicCache:
     cache = DynamicCache()
@@ -307,13 +305,7 @@ class LocalPolicy:
         meta: list[dict[str, Any]] | None = None,
     ) -> list[Generation]:
         """Next assistant message for each conversation (see ``coevolve.policy.base.Policy``)."""
-        stream = self.stream(sampling)
-        stream.submit([Request(i, conv, tl, meta[i] if meta else None)
-                       for i, (conv, tl) in enumerate(zip(conversations, tools))])
-        out: dict[Hashable, Generation] = {}
-        while stream:
-            out.update(stream.collect())
-        return [out[i] for i in range(len(conversations))]
+        return chat_through(self.stream(sampling), conversations, tools, meta)
 
     def stream(self, sampling: SamplingParams) -> "LocalStream":
         """A ``GenerationStream`` with token-level continuous batching (``Decoder``)."""

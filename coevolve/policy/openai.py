@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from coevolve.config import PolicyConfig
-from coevolve.policy.base import Generation, Message, Request, SamplingParams
+from coevolve.policy.base import Generation, Message, Request, SamplingParams, chat_through
 from coevolve.policy import row_seed
 from coevolve.policy.prompts import TokenCounter, fit_budget, to_wire
 
@@ -93,12 +93,7 @@ class OpenAIPolicy:
         meta: list[dict[str, Any]] | None = None,
     ) -> list[Generation]:
         """Next assistant message for each conversation, ``cfg.concurrency`` requests at a time."""
-        jobs = [
-            (conv, tl, row_seed(sampling.seed, meta[i] if meta else None, i))
-            for i, (conv, tl) in enumerate(zip(conversations, tools))
-        ]
-        with ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency)) as pool:
-            return list(pool.map(lambda job: self._one(*job, sampling), jobs))
+        return chat_through(self.stream(sampling), conversations, tools, meta)
 
     def stream(self, sampling: SamplingParams) -> "EndpointStream":
         """A ``GenerationStream`` of concurrent requests, each collected as soon as it returns."""
