@@ -46,6 +46,14 @@ class EnvConfig:
         "state and responses, so a prefix is still a faithfully scored task; on a CPU it bounds episode length.",
         2,
     )
+    heldout_scenarios: int | list[int] = _help(
+        "Benchmark scenarios held out for evaluation: a count drawn with the run seed, or an explicit "
+        "list of scenario indices. A BFCL-V3 scenario is one numeric index across the four multi-turn "
+        "categories (the twins are held out together). The training side never reads anything of a "
+        "held-out scenario, and of a training scenario only its state (initial configuration, classes, "
+        "tool docs).",
+        40,
+    )
     step_limit: int = _help("Maximum model messages per turn before the turn is cut.", 2)
     step_timeout_s: float = _help("Wall-clock limit of one environment step, seconds.", 5.0)
 
@@ -54,6 +62,9 @@ class EnvConfig:
             raise ConfigError("env.train_limit must be >= 1 and env.heldout_limit >= 0")
         if self.step_limit < 1:
             raise ConfigError("env.step_limit must be >= 1")
+        spec = self.heldout_scenarios
+        if isinstance(spec, int) and spec < 0 or isinstance(spec, list) and any(i < 0 for i in spec):
+            raise ConfigError("env.heldout_scenarios: a count >= 0 or a list of scenario indices >= 0")
 
 
 # --------------------------------------------------------------------------- policy

@@ -23,6 +23,7 @@ import importlib.util
 import inspect
 import json
 import os
+import random
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ os.environ.setdefault("BFCL_PROJECT_ROOT", str(Path.home() / ".cache" / "coevolv
 from coevolve.tasks import Task  # noqa: E402
 
 CATEGORIES = ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]
+# Every category holds entries 0..199; the entries with one index are twins (one scenario).
+N_SCENARIOS = 200
 
 _BACKENDS = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code."
 # class name -> (module, function-doc file); the same table as BFCL's CLASS_FILE_PATH_MAPPING
@@ -249,3 +252,77 @@ def load_tasks(categories: list[str] | None = None, ids: list[str] | None = None
     if limit is not None:
         tasks = tasks[:limit]
     return [copy.deepcopy(t) for t in tasks]
+
+
+# --------------------------------------------------------------------------- scenarios
+# A scenario is one numeric index across the four categories: multi_turn_base_7,
+# multi_turn_miss_func_7, ... share their initial state and near-identical questions, so
+# they are held out (or trained on) together. The training side may read only the *state*
+# of a training scenario (``scenario_states``), never its questions or ground truth.
+def scenario_of(task_id: str) -> int:
+    """The scenario (numeric index) of a BFCL multi-turn entry id or scenario task id."""
+    return int(task_id.rsplit("_", 1)[1])
+
+
+def heldout_scenarios(spec: int | list[int], seed: int) -> frozenset[int]:
+    """The held-out scenarios: ``spec`` of them drawn with ``seed``, or exactly the listed ones."""
+    if isinstance(spec, int):
+        if not 0 <= spec < N_SCENARIOS:
+            raise ValueError(f"held-out scenario count must be in [0, {N_SCENARIOS}), not {spec}")
+        return frozenset(random.Random(f"bfcl-heldout/{seed}").sample(range(N_SCENARIOS), spec))
+    bad = [i for i in spec if not (isinstance(i, int) and 0 <= i < N_SCENARIOS)]
+    if bad:
+        raise ValueError(f"held-out scenarios must be integers in [0, {N_SCENARIOS}); got {bad[:5]}")
+    return frozenset(spec)
+
+
+def training_scenarios(heldout: frozenset[int]) -> list[int]:
+    """Every scenario that is not held out, in order."""
+    return [i for i in range(N_SCENARIOS) if i not in heldout]
+
+
+@lru_cache(maxsize=None)
+def _category_entries(category: str) -> tuple[dict[str, Any], ...]:
+    if category not in CATEGORIES:
+        raise KeyError(f"unknown BFCL multi-turn category {category!r}; known: {', '.join(CATEGORIES)}")
+    return tuple(_read_jsonl(data_dir() / f"BFCL_v3_{category}.json"))
+
+
+def scenario_states(scenarios: list[int], categories: list[str] | None = None) -> list[Task]:
+    """State-only tasks of ``scenarios``: what the training side may know of them.
+
+    One task per (category, scenario), id ``<category>_state_<index>``, with the entry's
+    initial configuration, involved classes, excluded and missed functions and tool names;
+    ``turns`` and ``reference_actions`` are empty: the user questions and the ground-truth
+    file are never read here.
+    """
+    wanted = set(scenarios)
+    out = []
+    for category in categories or CATEGORIES:
+        for entry in _category_entries(category):
+            index = scenario_of(entry["id"])
+            if index not in wanted:
+                continue
+            classes = list(entry["involved_classes"])
+            excluded = list(entry.get("excluded_function", []))
+            state = {
+                "initial_config": copy.deepcopy(entry.get("initial_config", {})),
+                "involved_classes": classes,
+                "func_doc_files": [CLASSES[c][1] for c in classes],
+                "excluded_function": excluded,
+                "missed_function": {str(k): list(v) for k, v in entry.get("missed_function", {}).items()},
+                "long_context": "long_context" in category,
+            }
+            out.append(
+                Task(
+                    task_id=f"{category}_state_{index}",
+                    env="bfcl-v3",
+                    turns=[],
+                    initial_state=state,
+                    reference_actions=[],
+                    tools=[d["name"] for c in classes for d in _class_docs(c) if d["name"] not in excluded],
+                    category=category,
+                    split="train",
+                )
+            )
+    return sorted(out, key=lambda t: (CATEGORIES.index(t.category), scenario_of(t.task_id)))
