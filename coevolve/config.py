@@ -166,18 +166,26 @@ class SignalsConfig:
     )
     include_parse_errors: bool = _help("rare: let steps whose output failed to parse count in the patterns.", False)
     # forgetting (sql/signals/forgetting.sql)
-    forget_before_min: float = _help("forgetting: success rate at the best earlier point must be >= this.", 0.5)
-    forget_now_max: float = _help("forgetting: success rate at the task's latest point (in this round) must be <= this.", 0.0)
+    forget_before_min: float = _help("forgetting: success rate at the earlier point must be >= this for a success drop.", 0.5)
+    forget_now_max: float = _help("forgetting: success rate at the task's latest point (in this round) must be <= this for a success drop.", 0.0)
+    forget_reward_drop: float = _help(
+        "forgetting: a fall of the task's mean episode reward by at least this against an earlier point (round, epoch, step) "
+        "also counts; above 1 disables it.",
+        0.2,
+    )
     # boundary (sql/signals/boundary.sql)
     boundary_min_samples: int = _help("boundary: episodes of the task in the round needed for a verdict.", 4)
     boundary_reward_std: float = _help(
         "boundary: episode-reward std (population) that also counts as unstable; above 0.5 disables it for [0, 1] rewards.",
-        0.25,
+        0.1,
     )
     # rare (sql/signals/rare.sql)
     rare_n: int = _help("rare: n-gram length of action patterns (consecutive tool calls of an episode).", 2)
-    rare_min_episodes: int = _help("rare: a pattern must occur in at least this many episodes.", 2)
-    rare_max_share: float = _help("rare: a pattern's share of all n-gram occurrences of the round must be <= this.", 0.01)
+    rare_min_episodes: int = _help("rare: a pattern must occur in at least this many episodes to be a candidate.", 2)
+    rare_quantile: float = _help(
+        "rare: a candidate is rare when its count is <= this quantile of the candidates' counts (relative to the round).", 0.25
+    )
+    rare_min_total: int = _help("rare: the round needs at least this many n-gram occurrences before any pattern is rare.", 8)
     rare_with_arg_keys: bool = _help("rare: patterns are name(sorted argument keys) instead of names.", False)
     evidence_limit: int = _help("rare: most task ids and episode ids kept in a pattern's evidence.", 10)
     # output and resources
@@ -192,8 +200,10 @@ class SignalsConfig:
             raise ConfigError("signals.rare_n must be >= 1")
         if self.boundary_min_samples < 2:
             raise ConfigError("signals.boundary_min_samples must be >= 2: one sample cannot disagree with itself")
-        if not 0 <= self.rare_max_share <= 1:
-            raise ConfigError("signals.rare_max_share is a share: put it in [0, 1]")
+        if not 0 <= self.rare_quantile <= 1:
+            raise ConfigError("signals.rare_quantile is a quantile: put it in [0, 1] (0.25 = the lower quartile)")
+        if self.rare_min_total < 0 or self.rare_min_episodes < 1:
+            raise ConfigError("signals.rare_min_total must be >= 0 and signals.rare_min_episodes >= 1")
         if self.budget_per_type < 0 or self.evidence_limit < 1 or self.threads < 0:
             raise ConfigError("signals.budget_per_type and signals.threads must be >= 0, signals.evidence_limit >= 1")
 

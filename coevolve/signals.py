@@ -13,10 +13,11 @@ rare patterns. A signal emitted in an earlier round of the run is emitted again 
 it still holds now (every query reads the current round), and then has ``is_new=false``.
 
 ``evidence`` is the JSON object of every other column the query returns, e.g.
-forgetting: before_rate, before_n, before_round, before_epoch, before_step, now_rate,
-now_n, now_epoch, now_step, failing_episode_id; boundary: n, n_success, rate, n_reward,
-reward_var, failing_episode_id; rare: actions (the pattern's tool names), n_occurrences,
-n_episodes, share, total, task_ids and episode_ids (sorted, at most ``evidence_limit``).
+forgetting: success_drop, reward_drop, before_rate, before_reward, before_n, before_round,
+before_epoch, before_step, now_rate, now_reward, now_n, now_epoch, now_step,
+failing_episode_id; boundary: n, n_success, rate, n_reward, reward_var, failing_episode_id;
+rare: actions (the pattern's tool names), n_occurrences, n_episodes, share, total, cutoff,
+task_ids and episode_ids (sorted, at most ``evidence_limit``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ def query_params(cfg: SignalsConfig, run_id: str, round: int) -> dict[str, dict[
     """The DuckDB named parameters of each signal query (see the SQL headers)."""
     common = {"run_id": run_id, "round": int(round), "phases": list(cfg.phases)}
     return {
-        "forgetting": {**common, "before_min": cfg.forget_before_min, "now_max": cfg.forget_now_max},
+        "forgetting": {
+            **common,
+            "before_min": cfg.forget_before_min,
+            "now_max": cfg.forget_now_max,
+            "reward_drop": cfg.forget_reward_drop,
+        },
         "boundary": {
             **common,
             "min_samples": cfg.boundary_min_samples,
@@ -56,7 +62,8 @@ def query_params(cfg: SignalsConfig, run_id: str, round: int) -> dict[str, dict[
             "with_arg_keys": cfg.rare_with_arg_keys,
             "include_parse_errors": cfg.include_parse_errors,
             "min_episodes": cfg.rare_min_episodes,
-            "max_share": cfg.rare_max_share,
+            "quantile": cfg.rare_quantile,
+            "min_total": cfg.rare_min_total,
             "evidence_limit": cfg.evidence_limit,
         },
     }

@@ -41,7 +41,7 @@ from coevolve.schemas import ROLLOUTS
 RUN_ID = "bench"
 OTHER_RUN_ID = "bench-other"
 N_TOOLS = 40
-N_WORKFLOWS = 4  # few enough that their steps are common patterns (share > 1%)
+N_WORKFLOWS = 4  # few enough that their steps are the most common patterns (never rare)
 MAX_LEN = 12  # steps per episode: uniform in [4, MAX_LEN]
 STEPS_PER_TURN = 4
 GROUP = 4  # samples per task per training step
@@ -175,12 +175,15 @@ def _steps(eps: dict[str, np.ndarray], sel: np.ndarray, round: int, workflows: n
 
 
 def _plant_rare(eps: dict[str, np.ndarray], rng: np.random.Generator) -> None:
-    """Route 3 training episodes through the planted pair and 1 through the near miss."""
+    """Route 2 training episodes through the planted pair and 1 through the near miss.
+
+    Two episodes is the least a candidate pattern has, so the pair sits at or under the
+    round's count quantile whatever the log's size; the near miss is seen in one episode."""
     train = np.flatnonzero((eps["phase"] == 0) & (eps["run"] == 0))
-    chosen = rng.choice(train, 4, replace=False)
+    chosen = rng.choice(train, 3, replace=False)
     eps["plant"] = np.full(len(eps["task"]), -1)
-    eps["plant"][chosen[:3]] = 0
-    eps["plant"][chosen[3]] = 1
+    eps["plant"][chosen[:2]] = 0
+    eps["plant"][chosen[2]] = 1
 
 
 def _apply_plants(table: pa.Table, eps: dict[str, np.ndarray], sel: np.ndarray) -> pa.Table:
@@ -246,29 +249,41 @@ def _read(store_dir: str | Path, run_id: str, columns: list[str], phases: list[s
 
 
 def _forgetting(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.DataFrame:
-    cols = ["round", "phase", "episode_id", "task_id", "epoch", "train_step", "success"]
+    cols = ["round", "phase", "episode_id", "task_id", "epoch", "train_step", "success", "episode_reward"]
     df = _read(store_dir, run_id, cols, cfg.phases, (ds.field("round") <= round) & ds.field("task_id").is_valid())
-    ep = df.groupby(cols[:-1], dropna=False, sort=False)["success"].max().reset_index()
+    ep = df.groupby(cols[:-2], dropna=False, sort=False).agg(success=("success", "max"), reward=("episode_reward", "max"))
+    ep = ep.reset_index()
     point = ["task_id", "round", "epoch", "train_step"]
-    pts = ep.groupby(point, dropna=False, sort=False).agg(n=("success", "size"), rate=("success", "mean")).reset_index()
+    pts = ep.groupby(point, dropna=False, sort=False).agg(
+        n=("success", "size"), rate=("success", "mean"), reward=("reward", "mean")
+    ).reset_index()
     failing = ep[ep["success"].ne(1)].groupby(point, dropna=False)["episode_id"].min().rename("failing_episode_id")
     pts = pts.merge(failing.reset_index(), on=point, how="left")
     pts = pts.sort_values(point, na_position="last", kind="stable")
     pts["recency"] = pts.groupby("task_id").cumcount(ascending=False) + 1
-    latest = pts[(pts["recency"] == 1) & (pts["round"] == round) & (pts["rate"] <= cfg.forget_now_max)]
-    earlier = pts[(pts["recency"] > 1) & (pts["rate"] >= cfg.forget_before_min) & pts["task_id"].isin(latest["task_id"])]
-    earlier = earlier.sort_values(["task_id", "rate", "recency"], ascending=[True, False, True]).drop_duplicates("task_id")
-    out = latest.merge(earlier, on="task_id", suffixes=("_now", "_before"))
+    latest = pts[(pts["recency"] == 1) & (pts["round"] == round)]
+    pairs = pts[pts["recency"] > 1].merge(latest, on="task_id", suffixes=("_before", "_now"))
+    success_ok = (pairs["rate_before"] >= cfg.forget_before_min) & (pairs["rate_now"] <= cfg.forget_now_max)
+    reward_diff = pairs["reward_before"] - pairs["reward_now"]
+    pairs["success_drop"] = (pairs["rate_before"] - pairs["rate_now"]).where(success_ok)
+    pairs["reward_drop"] = reward_diff.where(reward_diff >= cfg.forget_reward_drop - 1e-9)
+    pairs["drop"] = pairs[["success_drop", "reward_drop"]].max(axis=1).round(12)
+    pairs = pairs[pairs["drop"].notna()]
+    out = pairs.sort_values(["task_id", "drop", "recency_before"], ascending=[True, False, True]).drop_duplicates("task_id")
     return pd.DataFrame(
         {
             "task_id": out["task_id"],
-            "score": (out["rate_before"] - out["rate_now"]).round(12),
+            "score": out["drop"],
+            "success_drop": out["success_drop"].round(12),
+            "reward_drop": out["reward_drop"].round(12),
             "before_rate": out["rate_before"],
+            "before_reward": out["reward_before"],
             "before_n": out["n_before"],
             "before_round": out["round_before"],
             "before_epoch": out["epoch_before"],
             "before_step": out["train_step_before"],
             "now_rate": out["rate_now"],
+            "now_reward": out["reward_now"],
             "now_n": out["n_now"],
             "now_epoch": out["epoch_now"],
             "now_step": out["train_step_now"],
@@ -331,7 +346,13 @@ def _rare(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.DataFram
     counts = per_episode.groupby(gram_cols, sort=False).agg(n_occurrences=("c", "sum"), n_episodes=("c", "size"))
     total = int(counts["n_occurrences"].sum())
     counts["share"] = counts["n_occurrences"] / total
-    rare = counts[(counts["n_episodes"] >= cfg.rare_min_episodes) & (counts["share"] <= cfg.rare_max_share)].reset_index()
+    candidates = counts[counts["n_episodes"] >= cfg.rare_min_episodes]
+    # the lower quantile of the candidates' counts, as DuckDB's quantile_disc takes it
+    ranked = np.sort(candidates["n_occurrences"].to_numpy())
+    cutoff = int(ranked[int(np.floor(cfg.rare_quantile * (len(ranked) - 1)))]) if len(ranked) else 0
+    keep = (candidates["n_occurrences"] <= cutoff) & (candidates["n_occurrences"] < ranked.max(initial=0))
+    rare = candidates[keep & (total >= cfg.rare_min_total)].reset_index()
+    rare["cutoff"] = cutoff
     names = np.stack([np.asarray(vocab, dtype=object)[rare[c].to_numpy()] for c in gram_cols], axis=1)
     rare["pattern"] = names[:, 0]
     for j in range(1, n):
@@ -349,7 +370,7 @@ def _rare(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.DataFram
     rare = rare.merge(pd.DataFrame(evidence), left_on="pattern", right_index=True)
     rare["total"] = total
     rare["score"] = (total / rare["n_occurrences"]).round(12)
-    return rare[["pattern", "score", "n_occurrences", "n_episodes", "share", "total", "actions", "task_ids", "episode_ids"]]
+    return rare[["pattern", "score", "n_occurrences", "n_episodes", "share", "total", "cutoff", "actions", "task_ids", "episode_ids"]]
 
 
 def pandas_signals(store_dir: str | Path, cfg: SignalsConfig, run_id: str, round: int) -> dict[str, pd.DataFrame]:

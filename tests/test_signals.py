@@ -84,8 +84,9 @@ def forgetting_log(tmp_path):
     rows = (
         group("forgot", [T] * 4, round=1) + group("forgot", [F] * 4, round=2)
         + group("half_before", [T, T, F, F], round=1) + group("half_before", [F] * 4)   # 0.5 counts
-        + group("below_before", [T, F, F, F], round=1) + group("below_before", [F] * 4)  # 0.25: miss
-        + group("not_zero_now", [T] * 4, round=1) + group("not_zero_now", [T, F, F, F])  # now 0.25: miss
+        # success near misses whose reward does not fall by 0.2 either
+        + group("below_before", [T, F, F, F], round=1) + group("below_before", [(F, 0.1)] * 4)  # 0.25: miss
+        + group("not_zero_now", [T] * 4, round=1) + group("not_zero_now", [T] + [(F, 0.9)] * 3)  # now 0.25: miss
         + group("within_round", [T] * 4, epoch=0, train_step=1)
         + group("within_round", [F] * 4, epoch=1, train_step=7)
         + group("one_sample", [T], round=1) + group("one_sample", [F])
@@ -111,6 +112,7 @@ def test_forgetting_recovers_exactly_the_planted_tasks(forgetting_log):
     assert keys(got) == {"forgot", "half_before", "within_round", "one_sample", "future", "parse_errors"}
     rec = {r["task_id"]: r for r in got.to_pylist()}
     assert rec["forgot"]["score"] == 1.0 and rec["half_before"]["score"] == 0.5
+    assert (rec["forgot"]["success_drop"], rec["forgot"]["reward_drop"]) == (1.0, 1.0)
     assert (rec["forgot"]["before_rate"], rec["forgot"]["before_n"], rec["forgot"]["before_round"]) == (1.0, 4, 1)
     assert (rec["forgot"]["now_rate"], rec["forgot"]["now_n"]) == (0.0, 4)
     failing = forgetting_log.read("rollouts", filter=(ds.field("task_id") == "forgot") & (ds.field("round") == 2))
@@ -125,8 +127,45 @@ def test_forgetting_parameters(forgetting_log):
     assert "eval_leak" in keys(found(forgetting_log, phases=["train", "eval"])["forgetting"])
     assert "below_before" in keys(found(forgetting_log, forget_before_min=0.25)["forgetting"])
     assert "not_zero_now" in keys(found(forgetting_log, forget_now_max=0.25)["forgetting"])
+    assert "below_before" in keys(found(forgetting_log, forget_reward_drop=0.15)["forgetting"])  # 0.25 -> 0.1
+    # success drops alone: the same tasks (their rewards are 1 and 0)
+    assert keys(found(forgetting_log, forget_reward_drop=2.0)["forgetting"]) == keys(found(forgetting_log)["forgetting"])
     assert keys(found(forgetting_log, round=1)["forgetting"]) == set()
     assert "future" not in keys(found(forgetting_log, round=3)["forgetting"])
+
+
+def test_forgetting_on_a_drop_in_reward(tmp_path):
+    """A task the policy never solves is forgotten when its mean reward (partial credit)
+    falls by >= forget_reward_drop against its best earlier round, epoch or step."""
+    F = False
+    rows = (
+        group("reward_fell", [(F, 0.5)] * 4, round=1) + group("reward_fell", [(F, 0.25)] * 4)  # 0.25
+        + group("at_threshold", [(F, 0.45)] * 4, round=1) + group("at_threshold", [(F, 0.25)] * 4)  # 0.2 exactly
+        + group("just_under", [(F, 0.44)] * 4, round=1) + group("just_under", [(F, 0.25)] * 4)  # 0.19: miss
+        + group("rose", [(F, 0.2)] * 4, round=1) + group("rose", [(F, 0.5)] * 4)  # miss
+        + group("null_now", [(F, 0.6)] * 4, round=1) + group("null_now", [(None, None)] * 4)  # nothing to compare: miss
+        # the small round of the embedded default: two GRPO steps of one epoch
+        + group("within_round", [(F, 0.1), (F, 0.6), (F, 0.6), (F, 0.3)], epoch=0, train_step=0)
+        + group("within_round", [(F, 0.1), (F, 0.1), (F, 0.35), (F, 0.1)], epoch=0, train_step=1)
+        # against the best earlier point, not the latest earlier one
+        + group("best_earlier", [(F, 0.6)] * 4, round=1) + group("best_earlier", [(F, 0.4)] * 4, epoch=0)
+        + group("best_earlier", [(F, 0.35)] * 4, epoch=1)
+        # both criteria hold: the larger drop is the score
+        + group("both", [(True, 1.0), (True, 1.0), (F, 0.5), (F, 0.5)], round=1) + group("both", [(F, 0.1)] * 4)
+    )
+    got = found(make_store(tmp_path, rows))["forgetting"]
+    assert keys(got) == {"reward_fell", "at_threshold", "within_round", "best_earlier", "both"}
+    rec = {r["task_id"]: r for r in got.to_pylist()}
+    fell = rec["reward_fell"]
+    assert (fell["score"], fell["success_drop"], fell["reward_drop"]) == (0.25, None, 0.25)
+    assert (fell["before_rate"], fell["now_rate"], fell["before_reward"], fell["now_reward"]) == (0.0, 0.0, 0.5, 0.25)
+    w = rec["within_round"]
+    assert (w["before_round"], w["before_step"], w["now_step"]) == (2, 0, 1) and w["score"] == pytest.approx(0.2375)
+    b = rec["best_earlier"]
+    assert (b["before_round"], b["before_reward"], b["score"]) == (1, 0.6, 0.25)
+    both = rec["both"]
+    assert (both["success_drop"], both["reward_drop"], both["score"]) == (0.5, 0.65, 0.65)
+    assert keys(found(make_store(tmp_path / "again", rows), forget_reward_drop=0.3)["forgetting"]) == {"both"}
 
 
 # --------------------------------------------------------------------------- boundary
@@ -139,8 +178,12 @@ def boundary_log(tmp_path):
         + group("three_samples", [T, F, F])  # miss: 3 < 4 samples
         + group("all_fail", [F] * 4)
         + group("all_success", [T] * 6)
-        + group("partial", [(F, 0.0), (F, 0.0), (F, 0.5), (F, 0.5)])  # reward std exactly 0.25
-        + group("partial_low", [(F, 0.0), (F, 0.0), (F, 0.49), (F, 0.49)])  # std 0.245: miss
+        + group("partial", [(F, 0.0), (F, 0.0), (F, 0.5), (F, 0.5)])  # reward std 0.25
+        + group("partial_low", [(F, 0.0), (F, 0.0), (F, 0.49), (F, 0.49)])  # std 0.245
+        # never solved, rewards with partial credit: the boundary shows before any success
+        + group("edge", [(F, 0.1), (F, 0.1), (F, 0.3), (F, 0.3)])  # std exactly 0.1
+        + group("flat", [(F, 0.1), (F, 0.1), (F, 0.29), (F, 0.29)])  # std 0.095: miss
+        + group("format_only", [(F, 0.1), (F, 0.0), (F, 0.1), (F, 0.1)])  # a format bonus here and there: miss
         + group("null_rewards", [(F, None)] * 4)
         + group("null_success", [(None, 0.0), (None, 1.0), (None, 0.0), (None, 1.0)])  # rewards still vary
         + group("half_null", [(T, 1.0), (F, 0.0), (None, None), (None, None)])  # 2 scored: miss
@@ -156,11 +199,12 @@ def boundary_log(tmp_path):
 
 def test_boundary_recovers_exactly_the_planted_tasks(boundary_log):
     got = found(boundary_log)["boundary"]
-    assert keys(got) == {"mixed", "lopsided", "partial", "null_success", "across_steps"}
+    assert keys(got) == {"mixed", "lopsided", "partial", "partial_low", "edge", "null_success", "across_steps"}
     rec = {r["task_id"]: r for r in got.to_pylist()}
     assert (rec["mixed"]["score"], rec["mixed"]["n"], rec["mixed"]["rate"]) == (0.25, 4, 0.5)
     assert rec["lopsided"]["score"] == pytest.approx(0.1875)
     assert rec["partial"]["score"] == pytest.approx(0.0625) and rec["partial"]["rate"] == 0.0
+    assert rec["edge"]["score"] == pytest.approx(0.01) and rec["edge"]["rate"] == 0.0
     assert rec["null_success"]["n_success"] == 0 and rec["null_success"]["score"] == pytest.approx(0.25)
     assert rec["across_steps"]["n"] == 4
     # the failing episode is one of the task's failures
@@ -171,7 +215,9 @@ def test_boundary_recovers_exactly_the_planted_tasks(boundary_log):
 def test_boundary_parameters(boundary_log):
     assert "three_samples" in keys(found(boundary_log, boundary_min_samples=3)["boundary"])
     assert "partial_low" in keys(found(boundary_log, boundary_reward_std=0.24)["boundary"])
+    assert "partial_low" not in keys(found(boundary_log, boundary_reward_std=0.25)["boundary"])
     assert "partial" not in keys(found(boundary_log, boundary_reward_std=0.26)["boundary"])
+    assert "flat" in keys(found(boundary_log, boundary_reward_std=0.09)["boundary"])
     assert "eval_leak" in keys(found(boundary_log, phases=["train", "eval"])["boundary"])
     assert keys(found(boundary_log, round=1)["boundary"]) == {"earlier_round"}
 
@@ -179,49 +225,59 @@ def test_boundary_parameters(boundary_log):
 # --------------------------------------------------------------------------- rare
 @pytest.fixture
 def rare_log(tmp_path):
-    alternating = ["a", "b"] * 5 + ["a"]  # 10 bigrams: a > b five times, b > a five times
+    """A small round as the embedded default logs it: 18 training episodes of 1-3 calls."""
     rows = []
-    for i in range(40):
-        rows += episode(f"common{i % 5}", actions=alternating)
-    rows += episode("tx1", actions=["x", "y"]) + episode("tx2", actions=["x", "y"])  # planted
-    rows += episode("ts", actions=["s", "t"]) + episode("ts", actions=["s", "t"] * 4)  # s > t: 5 times
-    rows += episode("tu", actions=["u", "v"] * 3) + episode("tu", actions=["u", "v"] * 3)  # u > v: 6, v > u: 4
-    rows += episode("tp", actions=["p", "q", "p", "q"])  # one episode only
-    rows += episode("tc", actions=["c", "d", "e"], parse_errors=(1,)) + episode("tc", actions=["c", "d", "e"], parse_errors=(1,))
-    rows += episode("tg", actions=["g", None, "h"], turns=[0, 0, 1]) + episode("tg", actions=["g", None, "h"], turns=[0, 0, 1])
-    rows += episode("tev", actions=["ev1", "ev2"], phase="eval") + episode("tev", actions=["ev1", "ev2"], phase="eval")
-    rows += episode("to", actions=["o1", "o2"]) + episode("to", actions=["o1", "o2"], run="other")
-    rows += episode("tr1", actions=["x", "y"], round=1) + episode("tr1", actions=["r1", "r2"], round=1)
-    total = 400 + 2 + 8 + 10 + 3 + 2 + 2 + 1
+    for i in range(6):
+        rows += episode(f"t{i % 2}", actions=["ls", "cd"])  # ls > cd: 6 episodes, the most common
+    for i in range(4):
+        rows += episode(f"t{i % 2}", actions=["cd", "ls", "cat"])  # cd > ls, ls > cat: 4 each
+    rows += episode("t0", actions=["mv", "cp"]) + episode("t1", actions=["mv", "cp"])  # planted: 2 episodes
+    rows += episode("t0", actions=["g", None, "h"], turns=[0, 0, 1])
+    rows += episode("t1", actions=["g", None, "h"], turns=[0, 0, 1])  # g > h across a turn and a no-call step
+    rows += episode("t0", actions=["rm", "touch"])  # one episode only: near miss
+    rows += episode("t1", actions=["grep", "sort", "grep", "sort"])  # grep > sort twice, but in one episode
+    rows += episode("t0", actions=["echo", "wc"], parse_errors=(1,))  # wc failed to parse
+    rows += episode("t1", actions=["echo", "wc"], parse_errors=(1,))
+    rows += episode("t0", actions=["ev1", "ev2"], phase="eval") + episode("t1", actions=["ev1", "ev2"], phase="eval")
+    rows += episode("t0", actions=["o1", "o2"], run="other") + episode("t1", actions=["o1", "o2"], run="other")
+    rows += episode("t0", actions=["r1", "r2"], round=1) + episode("t1", actions=["r1", "r2"], round=1)
+    total = 6 + 8 + 2 + 2 + 1 + 3
     return make_store(tmp_path, rows), total
 
 
-def test_rare_recovers_exactly_the_planted_patterns(rare_log):
+def test_rare_is_relative_to_the_round(rare_log):
+    """Candidates (>= 2 episodes) count 6, 4, 4, 2, 2: the lower quartile is 2."""
     store, total = rare_log
-    got = found(store, rare_max_share=5 / total)["rare"]  # s > t sits exactly at the share threshold
-    assert keys(got, "pattern") == {"x > y", "s > t", "v > u", "c > e", "g > h"}
+    got = found(store)["rare"]
+    assert keys(got, "pattern") == {"mv > cp", "g > h"}
     rec = {r["pattern"]: r for r in got.to_pylist()}
-    xy = rec["x > y"]
-    assert (xy["n_occurrences"], xy["n_episodes"], xy["total"], xy["actions"]) == (2, 2, total, ["x", "y"])
-    assert xy["task_ids"] == ["tx1", "tx2"] and len(xy["episode_ids"]) == 2
-    assert xy["score"] == pytest.approx(total / 2) and xy["share"] == pytest.approx(2 / total)
-    assert rec["s > t"]["n_occurrences"] == 5 and rec["s > t"]["n_episodes"] == 2
+    mv = rec["mv > cp"]
+    assert (mv["n_occurrences"], mv["n_episodes"], mv["total"], mv["cutoff"], mv["actions"]) == (2, 2, total, 2, ["mv", "cp"])
+    assert mv["task_ids"] == ["t0", "t1"] and len(mv["episode_ids"]) == 2
+    assert mv["score"] == pytest.approx(total / 2) and mv["share"] == pytest.approx(2 / total)
+    # the old absolute cap (1% of all n-grams) would have found nothing in this round
+    assert all(r["share"] > 0.01 for r in got.to_pylist())
 
 
 def test_rare_parameters(rare_log):
     store, total = rare_log
-    with_errors = keys(found(store, rare_max_share=5 / total, include_parse_errors=True)["rare"], "pattern")
-    assert {"c > d", "d > e"} <= with_errors and "c > e" not in with_errors
-    assert "ev1 > ev2" in keys(found(store, rare_max_share=5 / total, phases=["train", "eval"])["rare"], "pattern")
-    assert "p > q" in keys(found(store, rare_max_share=5 / total, rare_min_episodes=1)["rare"], "pattern")
-    assert "s > t" not in keys(found(store, rare_max_share=4.99 / total)["rare"], "pattern")
-    unigrams = found(store, rare_n=1, rare_max_share=0.05)["rare"]
-    assert {"x", "y", "s"} <= keys(unigrams, "pattern") and not {"a", "p"} & keys(unigrams, "pattern")
-    trigrams = keys(found(store, rare_n=3, rare_max_share=0.05)["rare"], "pattern")
-    assert "u > v > u" in trigrams and "s > t > s" not in trigrams  # s > t > s: one episode only
-    limited = found(store, rare_max_share=5 / total, evidence_limit=1)["rare"].to_pylist()
+    assert keys(found(store, rare_quantile=0.5)["rare"], "pattern") == {"mv > cp", "g > h", "cd > ls", "ls > cat"}
+    # the most frequent candidate is never rare, whatever the quantile
+    assert "ls > cd" not in keys(found(store, rare_quantile=1.0)["rare"], "pattern")
+    assert keys(found(store, rare_min_total=total)["rare"], "pattern") == {"mv > cp", "g > h"}
+    assert keys(found(store, rare_min_total=total + 1)["rare"], "pattern") == set()  # too few n-grams to say
+    # one-off patterns as candidates: counts 6, 4, 4, 2, 2, 2, 1, 1; the quartile is 1
+    assert keys(found(store, rare_min_episodes=1)["rare"], "pattern") == {"rm > touch", "sort > grep"}
+    with_errors = keys(found(store, include_parse_errors=True)["rare"], "pattern")
+    assert with_errors == {"mv > cp", "g > h", "echo > wc"}
+    assert "ev1 > ev2" in keys(found(store, phases=["train", "eval"])["rare"], "pattern")
+    unigrams = found(store, rare_n=1)["rare"]
+    assert keys(unigrams, "pattern") == {"mv", "cp", "g", "h", "echo"}  # ls 10, cd 10, cat 4, these 2
+    trigrams = keys(found(store, rare_n=3, rare_min_total=1, rare_quantile=0.5)["rare"], "pattern")
+    assert trigrams == set()  # cd > ls > cat (4 episodes) is the only candidate, and the most frequent
+    limited = found(store, evidence_limit=1)["rare"].to_pylist()
     assert all(len(r["task_ids"]) == 1 and len(r["episode_ids"]) == 1 for r in limited)
-    assert keys(found(store, round=1, rare_max_share=1.0)["rare"], "pattern") == set()  # one episode each
+    assert keys(found(store, round=1, rare_min_total=0)["rare"], "pattern") == set()  # one candidate: the top
 
 
 def test_rare_patterns_with_argument_keys(tmp_path):
@@ -230,7 +286,9 @@ def test_rare_patterns_with_argument_keys(tmp_path):
         rows += episode("t1", actions=["cd"], args='{"folder": "x", "a": 1}') + episode("t1", actions=["ls"], args="{}")
         rows += episode("t2", actions=["cd", "ls"], args='{"b": 2, "a": 1}')
         rows += episode("t3", actions=["cd", "ls"], args="not json")
-    got = found(make_store(tmp_path, rows), rare_with_arg_keys=True, rare_max_share=1.0)["rare"].to_pylist()
+    for i in range(3):  # the most frequent pattern, never rare
+        rows += episode("t4", actions=["pwd", "ls"], args="{}")
+    got = found(make_store(tmp_path, rows), rare_with_arg_keys=True, rare_quantile=1.0, rare_min_total=0)["rare"].to_pylist()
     assert {r["pattern"]: r["actions"] for r in got} == {
         "cd(a,b) > ls(a,b)": ["cd", "ls"],
         "cd() > ls()": ["cd", "ls"],
@@ -275,7 +333,7 @@ def test_mine_signals_over_s3(s3_endpoint, s3_bucket):
     rows += group("c", [True] * 3, actions=["a", "b", "a", "b", "a"])
     for r in (1, 2):
         store.write("rollouts", r, "log", [row | {"round": r} for row in rows])
-    table = mine_signals(store, SignalsConfig(rare_max_share=0.2), RUN, 2)
+    table = mine_signals(store, SignalsConfig(), RUN, 2)
     assert {(r["signal_type"], r["task_id"] or r["pattern"]) for r in table.to_pylist()} == {
         ("boundary", "b"), ("rare", "x > y")
     }
@@ -286,7 +344,9 @@ def test_mine_signals_over_s3(s3_endpoint, s3_bucket):
 def test_pandas_reference_matches_sql_on_a_synthetic_log(tmp_path):
     planted = generate_log(tmp_path, 60_000, rounds=3, chunk_rows=20_000)
     con = connect(Store(str(tmp_path)))
-    for cfg in (SignalsConfig(), SignalsConfig(rare_n=3, include_parse_errors=True, phases=["train", "eval"])):
+    other = SignalsConfig(rare_n=3, include_parse_errors=True, phases=["train", "eval"], rare_quantile=0.6,
+                          forget_reward_drop=0.1, forget_before_min=0.75)
+    for cfg in (SignalsConfig(), other):
         for r in (1, 3):
             sql = canonical(run_queries(con, cfg, "bench", r))
             assert compare(sql, canonical(pandas_signals(tmp_path, cfg, "bench", r))) == []

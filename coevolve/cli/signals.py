@@ -27,11 +27,16 @@ def _signals_config(config: str | None, sets: list[str]):
     return load_config_or_fail(config, parse_sets(sets, prefix="signals."))
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 # one line of evidence per signal type, for people (``--format json`` has all of it)
 _SUMMARY = {
     "forgetting": lambda e: (
-        f"{e['before_rate']:.2f} (n={e['before_n']}, round {e['before_round']} step {e['before_step']}) -> "
-        f"{e['now_rate']:.2f} (n={e['now_n']}); fails in {e['failing_episode_id']}"
+        f"success {_num(e['before_rate'])} / reward {_num(e['before_reward'])} (n={e['before_n']}, round "
+        f"{e['before_round']} step {e['before_step']}) -> {_num(e['now_rate'])} / {_num(e['now_reward'])} "
+        f"(n={e['now_n']}); fails in {e['failing_episode_id']}"
     ),
     "boundary": lambda e: (
         f"rate {e['rate'] if e['rate'] is None else round(e['rate'], 2)} (n={e['n']}), "
@@ -39,7 +44,8 @@ _SUMMARY = {
         f"fails in {e['failing_episode_id']}"
     ),
     "rare": lambda e: (
-        f"{e['n_occurrences']}x in {e['n_episodes']} episodes ({e['share']:.2%}); tasks {', '.join(e['task_ids'][:3])}"
+        f"{e['n_occurrences']}x in {e['n_episodes']} episodes ({e['share']:.2%}, round cutoff {e['cutoff']}x); "
+        f"tasks {', '.join(t for t in e['task_ids'][:3] if t)}"
     ),
 }
 

@@ -11,6 +11,10 @@
 -- Null successes and null rewards are left out of their statistic, not counted as 0.
 -- The variance test allows 1e-9 of rounding: rewards are fractions such as k/4 and a
 -- variance exactly at the threshold must not flip with the order of summation.
+-- The reward test makes the boundary visible before the policy solves anything: the episode
+-- reward has partial credit (reference effects reproduced), so samples of a task the policy
+-- never solves still spread. Defaults (SignalsConfig): min_samples = 4, reward std >= 0.1
+-- (min_reward_var = 0.01).
 --
 -- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]),
 --             $min_samples (integer), $min_reward_var (double).

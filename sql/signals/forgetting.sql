@@ -1,34 +1,45 @@
--- forgetting: tasks that were solved before and now fail.
+-- forgetting: tasks that did better before than they do now, in success or in reward.
 --
 -- Grain: one row per forgotten task of run $run_id at round $round.
 --
 -- Definition. The episodes of a task (rows of run $run_id, phases in $phases, rounds up to
--- $round; success is repeated on every step row of an episode) are grouped into
--- observation points (round, epoch, train_step), ordered in that order with missing
--- epochs/steps last within their round (eval rows come after training). "Now" is the
--- task's latest point, which must lie in round $round; "before" is the best earlier point
--- (highest success rate; latest among equals), in an earlier round or at an earlier
--- epoch/step of this round. A task is forgotten when rate_before >= $before_min and
--- rate_now <= $now_max. Rates ignore episodes whose success is null; a point whose
--- episodes are all null has no rate and can be neither. Parse errors do not matter here:
--- an episode whose steps all failed to parse is still an episode that failed.
+-- $round; success and episode_reward are repeated on every step row of an episode) are
+-- grouped into observation points (round, epoch, train_step), ordered in that order with
+-- missing epochs/steps last within their round (eval rows come after training). Per point:
+-- rate = success rate, reward = mean episode reward (nulls left out of each; a point whose
+-- values are all null has none). "Now" is the task's latest point, which must lie in round
+-- $round; the earlier points are the task's other points (earlier rounds, or earlier
+-- epochs/steps of this round). Against an earlier point the task has
+--   a success drop  (earlier rate - now rate) when earlier rate >= $before_min and
+--                   now rate <= $now_max, and
+--   a reward drop   (earlier reward - now reward) when that difference >= $reward_drop
+--                   (the episode reward is in [0, 1] with partial credit, so a task the
+--                   policy never solves can still be forgotten).
+-- The task is forgotten when some earlier point gives a drop; "before" is the earlier point
+-- with the largest drop (the larger of the two; latest among equals). Parse errors do not
+-- matter here: an episode whose steps all failed to parse is still an episode that failed.
+-- Defaults (SignalsConfig): before_min = 0.5, now_max = 0.0, reward_drop = 0.2.
 --
 -- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]),
---             $before_min (double), $now_max (double).
+--             $before_min (double), $now_max (double), $reward_drop (double).
 --
--- Columns: task_id, score (= rate_before - rate_now, rounded to 12 digits), before_rate,
---          before_n, before_round, before_epoch, before_step, now_rate, now_n, now_epoch,
---          now_step, failing_episode_id (smallest episode_id of a non-successful episode now).
+-- Columns: task_id, score (= the drop, rounded to 12 digits), success_drop and reward_drop
+--          (against "before"; null where that criterion does not hold), before_rate,
+--          before_reward, before_n, before_round, before_epoch, before_step, now_rate,
+--          now_reward, now_n, now_epoch, now_step, failing_episode_id (smallest
+--          episode_id of a non-successful episode now).
 
 with steps as (
-    select round, phase, episode_id, task_id, epoch, train_step, success
+    select round, phase, episode_id, task_id, epoch, train_step, success, episode_reward
     from rollouts
     where run_id = $run_id and round <= $round and list_contains($phases, phase)
         and task_id is not null  -- a signal must name a task to explore from
 ),
 
 episodes as (
-    select round, phase, episode_id, task_id, epoch, train_step, bool_or(success) as success
+    select
+        round, phase, episode_id, task_id, epoch, train_step,
+        bool_or(success) as success, max(episode_reward) as reward
     from steps
     group by all
 ),
@@ -38,6 +49,7 @@ points as (
         task_id, round, epoch, train_step,
         count(*) as n,
         avg(success::double) as rate,
+        avg(reward) as reward,
         min(episode_id) filter (where success is distinct from true) as failing_episode_id
     from episodes
     group by all
@@ -54,32 +66,50 @@ ordered as (
 ),
 
 latest as (
-    select * from ordered where recency = 1 and round = $round and rate <= $now_max
+    select * from ordered where recency = 1 and round = $round
 ),
 
-earlier as (
-    select *
-    from ordered
-    where recency > 1 and rate >= $before_min and task_id in (select task_id from latest)
-    qualify row_number() over (partition by task_id order by rate desc, recency) = 1
+drops as (
+    select
+        earlier.*,
+        case
+            when earlier.rate >= $before_min and latest.rate <= $now_max then earlier.rate - latest.rate
+        end as success_drop,
+        case
+            when earlier.reward - latest.reward >= $reward_drop - 1e-9 then earlier.reward - latest.reward
+        end as reward_drop
+    from ordered as earlier
+    join latest using (task_id)
+    where earlier.recency > 1
+),
+
+best as (
+    select *, greatest(success_drop, reward_drop) as drop
+    from drops
+    where success_drop is not null or reward_drop is not null
+    qualify row_number() over (partition by task_id order by round(greatest(success_drop, reward_drop), 12) desc, recency) = 1
 ),
 
 final as (
     select
         latest.task_id,
-        round(earlier.rate - latest.rate, 12) as score,
-        earlier.rate as before_rate,
-        earlier.n as before_n,
-        earlier.round as before_round,
-        earlier.epoch as before_epoch,
-        earlier.train_step as before_step,
+        round(best.drop, 12) as score,
+        round(best.success_drop, 12) as success_drop,
+        round(best.reward_drop, 12) as reward_drop,
+        best.rate as before_rate,
+        best.reward as before_reward,
+        best.n as before_n,
+        best.round as before_round,
+        best.epoch as before_epoch,
+        best.train_step as before_step,
         latest.rate as now_rate,
+        latest.reward as now_reward,
         latest.n as now_n,
         latest.epoch as now_epoch,
         latest.train_step as now_step,
         latest.failing_episode_id
     from latest
-    join earlier using (task_id)
+    join best using (task_id)
 )
 
 select * from final order by score desc, task_id

@@ -1,4 +1,4 @@
--- rare: action patterns that are repeated but globally infrequent.
+-- rare: action patterns that are repeated but infrequent relative to the round.
 --
 -- Grain: one row per rare pattern of run $run_id at round $round.
 --
@@ -8,18 +8,28 @@
 -- the model failed to say is not an action it took). A pattern is an n-gram of $n
 -- consecutive actions of that sequence (never spanning two episodes), written
 -- 'a > b'; with $with_arg_keys each action is written with its sorted argument keys,
--- 'a(k1,k2) > b()'. Over all n-grams of the round, a pattern is rare when it occurs in
--- at least $min_episodes distinct episodes and its share of all n-gram occurrences is
--- <= $max_share.
+-- 'a(k1,k2) > b()'. The candidates are the patterns seen in at least $min_episodes
+-- distinct episodes (repeated behaviour, not a one-off). A candidate is rare when
+--   the round has at least $min_total n-gram occurrences in all (fewer says nothing), and
+--   its occurrence count is <= the cutoff, the lower $quantile quantile of the candidates'
+--   counts (quantile_disc: the count at 0-based position floor($quantile * (k - 1)) of the
+--   k candidates sorted by count), and
+--   its count is below the most frequent candidate's (a pattern as common as the most
+--   common one is not rare, whatever the quantile says when all counts tie).
+-- The cutoff moves with the round: a round of 16 episodes with a dozen n-grams has rare
+-- patterns as surely as one of a million; an absolute share cap would leave small rounds
+-- barren. Defaults (SignalsConfig): n = 2, min_episodes = 2, quantile = 0.25, min_total = 8.
 --
 -- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]), $n (integer),
 --             $with_arg_keys (boolean), $include_parse_errors (boolean),
---             $min_episodes (integer), $max_share (double), $evidence_limit (integer).
+--             $min_episodes (integer), $quantile (double), $min_total (integer),
+--             $evidence_limit (integer).
 --
 -- Columns: pattern, score (= total occurrences / pattern occurrences, inverse frequency,
---          rounded to 12 digits), n_occurrences, n_episodes, share, total,
---          actions (the pattern's action names), task_ids and episode_ids (sorted,
---          distinct, the first $evidence_limit of each).
+--          rounded to 12 digits), n_occurrences, n_episodes, share (of all n-gram
+--          occurrences), total, cutoff (the candidates' count quantile), actions (the
+--          pattern's action names), task_ids and episode_ids (sorted, distinct, the first
+--          $evidence_limit of each).
 
 with steps as (
     select
@@ -59,10 +69,25 @@ counts as (
     group by pattern
 ),
 
+totals as (
+    select sum(n_occurrences)::bigint as total from counts
+),
+
+candidates as (
+    select * from counts where n_episodes >= $min_episodes
+),
+
+cutoffs as (
+    select
+        quantile_disc(n_occurrences, $quantile) as cutoff,
+        max(n_occurrences) as top
+    from candidates
+),
+
 rare as (
-    select pattern, n_occurrences, n_episodes, n_occurrences / total as share, total
-    from (select *, (sum(n_occurrences) over ())::bigint as total from counts)
-    where n_episodes >= $min_episodes and n_occurrences / total <= $max_share
+    select pattern, n_occurrences, n_episodes, n_occurrences / total as share, total, cutoff
+    from candidates, totals, cutoffs
+    where total >= $min_total and n_occurrences <= cutoff and n_occurrences < top
 ),
 
 evidence as (
@@ -79,7 +104,7 @@ final as (
     select
         pattern,
         round(total / n_occurrences, 12) as score,
-        n_occurrences, n_episodes, share, total,
+        n_occurrences, n_episodes, share, total, cutoff,
         list_transform(string_split(pattern, ' > '), lambda t: split_part(t, '(', 1)) as actions,
         task_ids, episode_ids
     from rare
