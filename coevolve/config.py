@@ -248,8 +248,18 @@ class AbstractConfig:
 
 @dataclass
 class ValidateConfig:
-    solver: str = _help("Who attempts candidates: 'policy', 'explorer' (its LLM) or 'reference' (replay only).", "reference")
-    attempts: int = _help("Solver attempts per candidate (k).", 1)
+    solver: str = _help(
+        "Who attempts candidates in pass 2 (learnable): 'policy' (the round's policy; none before training), "
+        "'explorer' (the explorer LLM's endpoint) or 'none' (pass 1 only).",
+        "policy",
+    )
+    attempts: int = _help("Pass 2: attempts per candidate (k); raise it on GPUs.", 2)
+    drop_solved: bool = _help("Pass 2: drop tasks solved in all k attempts as too easy.", True)
+    require_effect: bool = _help(
+        "Pass 1: reject a task with a turn whose calls change no state and return nothing new "
+        "(a repeated read, a zero-amount update); false skips that probe.",
+        True,
+    )
     near_duplicate_threshold: float = _help("Jaccard similarity of call sets above which a candidate is a near-duplicate.", 0.9)
     blocked_functions: list[str] = _help(
         "Safety policy: functions a synthesized task may not call (default: destructive operations).",
@@ -268,20 +278,16 @@ class ValidateConfig:
             r"comment.comment_content~(?i)(password|passw|secret)",
         ],
     )
-    difficulty_band: bool = _help(
-        "Drop tasks the policy always solves or never earns any reward on (needs solver 'policy' and attempts >= 2).",
-        False,
-    )
 
     def validate(self) -> None:
-        if self.solver not in ("reference", "policy", "explorer"):
-            raise ConfigError(f"validate.solver must be 'reference', 'policy' or 'explorer', not {self.solver!r}")
+        if self.solver not in ("policy", "explorer", "none") and ":" not in self.solver:
+            raise ConfigError(
+                f"validate.solver must be 'policy', 'explorer', 'none' or a 'module:factory' path, not {self.solver!r}"
+            )
         if self.attempts < 1:
             raise ConfigError("validate.attempts must be >= 1")
         if not 0.0 < self.near_duplicate_threshold <= 1.0:
             raise ConfigError("validate.near_duplicate_threshold must be in (0, 1]")
-        if self.difficulty_band and (self.solver != "policy" or self.attempts < 2):
-            raise ConfigError("validate.difficulty_band needs validate.solver 'policy' and validate.attempts >= 2")
         for rule in self.blocked_arguments:
             target, sep, _ = rule.partition("~")
             if not sep or "." not in target:

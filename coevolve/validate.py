@@ -1,4 +1,4 @@
-"""Stage 3 of a round: validate candidate tasks (dual pass, dedup, safety, difficulty band).
+"""Stage 3 of a round: validate candidate tasks in two real passes, after dedup and safety.
 
 Each pending row of part ``<run_id>-candidates`` goes through, in this order (cheapest
 checks first; the first failing check is the reason):
@@ -9,14 +9,25 @@ checks first; the first failing check is the reason):
 3. **duplicates**: not the same content as a pool task or an earlier candidate (exact),
    nor a near-duplicate: same start state and a Jaccard similarity of the sets of
    reference calls >= ``near_duplicate_threshold``;
-4. **replay** (first pass): in a fresh episode, every reference call runs without error
-   from the initial state, and the replay reaches the task's own goal when scored;
-5. **solver** (second pass): the configured solver attempts the task ``attempts`` times;
-   kept if an attempt succeeds or earns a positive partial reward;
-6. **difficulty band** (optional, policy solver): dropped if every attempt succeeds or
-   none earns any reward.
+4. **pass 1, executable**: in a fresh episode every reference call runs without error from
+   the initial state and the replay reaches the task's own goal (``replay``); and every turn
+   has an effect (``no_effect_turn``, unless ``require_effect`` is off): its calls change the
+   state or return an answer the agent has not already been given. A turn is probed in a fresh episode that replays the
+   earlier turns and then makes one call to a function that does not exist (an error, no
+   effect); if the environment's own checker passes that turn anyway (BFCL: state equal
+   to the reference's and the reference results already among the agent's), the turn's
+   calls did nothing the task could ask for, and the task is rejected;
+5. **pass 2, learnable**: the solver (``validate.solver``, default the round's policy)
+   attempts the task ``attempts`` times, batched through the rollout engine; kept if an
+   attempt succeeds or makes progress (``progress``: reference effects reproduced, never a
+   format bonus); dropped as too easy when every attempt succeeds (``drop_solved``).
 
-The part is rewritten with a verdict and a reason on every row.
+Without a policy (``policy_path=None``: round 0, no trained policy yet) the 'policy' solver
+has nothing to attempt with: candidates get the mechanical checks and pass 1 only.
+
+Every row gets a verdict and a reason; a rejection's reason names its pass and check, e.g.
+``pass 1 no effect: ...``, ``pass 2 too easy: ...``; its kind (``reason_kind``) is the text
+before the first colon. The part is rewritten, never appended to.
 
     table = validate(store, cfg, run_id, round, policy_path)
     summary = summarize_candidates(table)
@@ -151,9 +162,9 @@ def pool_index(pool_rows: list[dict[str, Any]], threshold: float) -> DuplicateIn
     return index
 
 
-# ----------------------------------------------------------------------------- replay
+# ----------------------------------------------------------------------------- pass 1
 def replay(env: Any, task: Task) -> tuple[str | None, Any]:
-    """First pass: run the reference calls in a fresh episode and score it.
+    """Pass 1a: run the reference calls in a fresh episode and score it.
 
     Returns ``(reason, score)``: a reason when a call fails or the replay does not reach the
     task's own goal (e.g. a call whose result is not reproducible), else ``(None, score)``.
@@ -166,39 +177,91 @@ def replay(env: Any, task: Task) -> tuple[str | None, Any]:
                 obs = ep.step(ToolCall(call["name"], call.get("arguments") or {}))
                 err = observed_error(obs)
                 if err:
-                    return f"replay: turn {t} {call['name']} failed: {err[:200]}", None
+                    return f"pass 1 replay: turn {t} {call['name']} failed: {err[:200]}", None
             ep.end_turn()
         score = ep.score()
     except Exception as exc:  # a spec the environment cannot even open
-        return f"replay: {type(exc).__name__}: {str(exc)[:200]}", None
+        return f"pass 1 replay: {type(exc).__name__}: {str(exc)[:200]}", None
     if not score.success:
-        return f"replay: reference does not reach its own goal ({score.reason[:200]})", score
+        return f"pass 1 replay: reference does not reach its own goal ({score.reason[:200]})", score
     return None, score
 
 
-# ----------------------------------------------------------------------------- solvers
+# A call no environment knows: it comes back as an error and changes nothing, but it is a
+# call, so a checker that wants "some call in this turn" gets one.
+PROBE_CALL = ToolCall("coevolve_validate_probe_no_op", {})
+
+
+def no_effect_turn(env: Any, task: Task) -> int | None:
+    """Pass 1b: the first turn whose reference calls have no effect, or None.
+
+    For each turn ``t`` with reference calls: a fresh episode replays turns ``< t`` and makes
+    only ``PROBE_CALL`` in turn ``t``. If the environment's checker still passes turn ``t``,
+    its calls changed no state the checker compares and returned nothing the agent had not
+    already received, so nothing in the turn could have been asked for.
+    """
+    for t, calls in enumerate(task.reference_actions):
+        if not calls:
+            continue
+        ep = env.episode(task)
+        for u in range(t):
+            ep.user_message(u)
+            for call in task.reference_actions[u]:
+                ep.step(ToolCall(call["name"], call.get("arguments") or {}))
+            ep.end_turn()
+        ep.user_message(t)
+        ep.step(PROBE_CALL)
+        ep.end_turn()
+        if ep.score().turn_passed[t]:
+            return t
+    return None
+
+
+def executable(env: Any, task: Task, require_effect: bool = True) -> str | None:
+    """Pass 1: why ``task`` is not executable, or None (``require_effect``: also probe every turn)."""
+    reason, _ = replay(env, task)
+    if reason or not require_effect:
+        return reason
+    try:
+        t = no_effect_turn(env, task)
+    except Exception as exc:  # the replay ran, so this is the environment's fault; still a verdict
+        return f"pass 1 probe: {type(exc).__name__}: {str(exc)[:200]}"
+    if t is not None:
+        names = ", ".join(c["name"] for c in task.reference_actions[t])
+        return f"pass 1 no effect: turn {t} ({names}) changes no state and returns nothing new"
+    return None
+
+
+# ----------------------------------------------------------------------------- pass 2
+def progress(score: Any) -> float:
+    """The task-progress reward of one attempt: the single place validation reads it.
+
+    ``EpisodeScore.progress`` (the share of reference effects reproduced, no format bonus)
+    where the environment's score has it, else ``reward`` (BFCL before partial credit: the
+    fraction of turns passed, which has no format term either).
+    """
+    value = getattr(score, "progress", None)
+    return float(score.reward if value is None else value)
+
+
 @dataclass
 class Attempts:
-    rewards: list[float] = field(default_factory=list)
+    """The solver's attempts at one task: task progress and success of each."""
+
+    progress: list[float] = field(default_factory=list)
     successes: list[bool] = field(default_factory=list)
 
 
-# A solver gets the tasks that passed replay (with their replay scores) and returns the
-# attempts of each, in order.
-Solver = Callable[[list[Task], list[Any]], list[Attempts]]
+# A solver gets the tasks that passed pass 1 and returns the attempts at each, in order.
+Solver = Callable[[list[Task]], list[Attempts]]
 
 
-@register("solver", "reference")
-def make_reference_solver(cfg: RunConfig, store: Store, run_id: str, round: int, policy_path: str | None) -> Solver:
-    """Replay only: the first pass's score is the attempt."""
-    return lambda tasks, scores: [Attempts([s.reward], [s.success]) for s in scores]
-
-
-def _episode_solver(policy: Any, cfg: RunConfig, store: Store, run_id: str, round: int) -> Solver:
+def _episode_solver(policy: Any, cfg: RunConfig, store: Store | None, run_id: str, round: int) -> Solver:
+    """``attempts`` episodes of every task, batched through the rollout engine."""
     from coevolve.policy.base import SamplingParams
     from coevolve.rollout import run_episodes
 
-    def solve(tasks: list[Task], scores: list[Any]) -> list[Attempts]:
+    def solve(tasks: list[Task]) -> list[Attempts]:
         if not tasks:
             return []
         env = resolve("environment", cfg.env.name)()
@@ -215,16 +278,19 @@ def _episode_solver(policy: Any, cfg: RunConfig, store: Store, run_id: str, roun
             store.write("rollouts", round, f"{run_id}-validate", [row for r in results for row in r.steps])
         by_task: dict[str, Attempts] = defaultdict(Attempts)
         for r in results:
-            by_task[r.task_id].rewards.append(r.score.reward)
-            by_task[r.task_id].successes.append(r.score.success)
+            by_task[r.task_id].progress.append(progress(r.score))
+            by_task[r.task_id].successes.append(bool(r.score.success))
         return [by_task[t.task_id] for t in tasks]
 
     return solve
 
 
+# A solver factory returns None when it has nothing to attempt with: pass 2 is skipped.
 @register("solver", "policy")
-def make_policy_solver(cfg: RunConfig, store: Store, run_id: str, round: int, policy_path: str | None) -> Solver:
-    """The current policy (the round's checkpoint), ``attempts`` samples per task."""
+def make_policy_solver(cfg: RunConfig, store: Store, run_id: str, round: int, policy_path: str | None) -> Solver | None:
+    """The round's policy (its checkpoint), ``attempts`` samples per task; None before any training."""
+    if policy_path is None:
+        return None
     from coevolve.policy import load_policy
 
     return _episode_solver(load_policy(cfg.policy, policy_path), cfg, store, run_id, round)
@@ -241,23 +307,46 @@ def make_explorer_solver(cfg: RunConfig, store: Store, run_id: str, round: int, 
     return _episode_solver(endpoint_policy(cfg, cfg.explore), cfg, store, run_id, round)
 
 
+@register("solver", "none")
+def make_no_solver(cfg: RunConfig, store: Store, run_id: str, round: int, policy_path: str | None) -> None:
+    """No pass 2: the mechanical checks and pass 1 decide."""
+    return None
+
+
+def learnable(a: Attempts, drop_solved: bool) -> dict[str, Any]:
+    """Pass 2's verdict on one task's attempts: verdict, reason, reward (best progress), success."""
+    k, solved = len(a.successes), sum(a.successes)
+    best = max(a.progress, default=0.0)
+    row = {"reward": best, "success": solved > 0}
+    if not k:
+        return {**row, "verdict": "rejected", "reason": "pass 2 no attempt: the solver returned none"}
+    if drop_solved and solved == k:
+        return {**row, "verdict": "rejected", "reason": f"pass 2 too easy: solved in all {k} attempts"}
+    if solved:
+        return {**row, "verdict": "accepted", "reason": f"accepted: pass 2 solved in {solved} of {k} attempts"}
+    if best > 0.0:
+        return {**row, "verdict": "accepted", "reason": f"accepted: pass 2 failed {k} attempts with progress {best:.2f}"}
+    return {**row, "verdict": "rejected", "reason": f"pass 2 no progress: no success and no reference effect in {k} attempts"}
+
+
 # ----------------------------------------------------------------------------- the pass
 def validate_rows(
     rows: list[dict[str, Any]],
     pool_rows: list[dict[str, Any]],
     env: Any,
     cfg: RunConfig,
-    solver: Solver,
+    solver: Solver | None,
 ) -> list[dict[str, Any]]:
     """Give every pending ``candidates`` row a verdict and reason (rows already judged are kept).
 
-    ``pool_rows`` are the latest pool's ``tasks`` rows; returns new row dicts, same order.
+    ``pool_rows`` are the latest pool's ``tasks`` rows; ``solver`` None skips pass 2.
+    Returns new row dicts, same order.
     """
     vcfg = cfg.validate_
     safety = SafetyPolicy(vcfg.blocked_functions, vcfg.blocked_arguments)
     index = pool_index(pool_rows, vcfg.near_duplicate_threshold)
     out = [dict(r) for r in rows]
-    replayed: list[tuple[int, Task, Any]] = []
+    passed: list[tuple[int, Task]] = []
     for i, row in enumerate(out):
         if row.get("verdict"):
             continue
@@ -270,48 +359,44 @@ def validate_rows(
             continue
         calls, state = task_calls(task), _state_key(task.env, task.initial_state)
         reason = safety.check(task) or index.find(task.content_hash, state, calls)
-        if reason is None:
-            reason, score = replay(env, task)
+        reason = reason or executable(env, task, vcfg.require_effect)
         if reason:
             row.update(verdict="rejected", reason=reason)
             continue
         index.add(task.task_id, task.content_hash, state, calls)  # later candidates dedup against it
-        replayed.append((i, task, score))
+        passed.append((i, task))
+    if solver is None:
+        for i, _ in passed:
+            out[i].update(verdict="accepted", reason="accepted: pass 1 (no policy to attempt it yet: pass 2 skipped)")
+        return out
     try:
-        attempts = solver([t for _, t, _ in replayed], [s for _, _, s in replayed])
+        attempts = solver([t for _, t in passed])
     except Exception as exc:  # e.g. the solver's endpoint is down: the candidates say so, the round goes on
         log.exception("validation solver %r failed", vcfg.solver)
-        reason = f"solver: {vcfg.solver} failed: {type(exc).__name__}: {str(exc)[:200]}"
-        for i, _, _ in replayed:
+        reason = f"pass 2 solver: {vcfg.solver} failed: {type(exc).__name__}: {str(exc)[:200]}"
+        for i, _ in passed:
             out[i].update(verdict="rejected", reason=reason)
         return out
-    for (i, _, _), a in zip(replayed, attempts):
-        out[i].update(_verdict(a, vcfg.difficulty_band))
+    for (i, _), a in zip(passed, attempts):
+        out[i].update(learnable(a, vcfg.drop_solved))
     return out
 
 
-def _verdict(a: Attempts, band: bool) -> dict[str, Any]:
-    best = max(a.rewards, default=0.0)
-    row = {"reward": best, "success": any(a.successes)}
-    if not a.rewards:
-        return {**row, "verdict": "rejected", "reason": "solver: no attempt was made"}
-    if not any(a.successes) and best <= 0.0:
-        return {**row, "verdict": "rejected", "reason": f"solver: no reward in {len(a.rewards)} attempts"}
-    if band and all(a.successes):
-        return {**row, "verdict": "rejected", "reason": f"too easy: solved in all {len(a.rewards)} attempts"}
-    how = "solved" if any(a.successes) else f"partial reward {best:.2f}"
-    return {**row, "verdict": "accepted", "reason": f"accepted: {how}"}
-
-
 def validate(store: Store, cfg: RunConfig, run_id: str, round: int, policy_path: str | None) -> pa.Table:
-    """Validate this round's candidates; rewrite their part with verdicts; return the table."""
+    """Validate this round's candidates; rewrite their part with verdicts; return the table.
+
+    ``policy_path``: the round's policy checkpoint for pass 2, or None (no trained policy yet:
+    the 'policy' solver skips pass 2).
+    """
     part = f"{run_id}-candidates"
     rows = store.read("candidates", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
     for r in rows:
         r.pop("round", None)
     rows.sort(key=lambda r: r["candidate_id"])
     env = resolve("environment", cfg.env.name)()
-    solver = resolve("solver", cfg.validate_.solver)(cfg, store, run_id, round, policy_path)
+    pending = any(not r.get("verdict") for r in rows)
+    # the solver (a model) is loaded only when some candidate may need it
+    solver = resolve("solver", cfg.validate_.solver)(cfg, store, run_id, round, policy_path) if pending else None
     out = validate_rows(rows, store.pool_tasks().to_pylist(), env, cfg, solver)
     table = to_table("candidates", out)
     store.write("candidates", round, part, table)
@@ -336,5 +421,5 @@ def summarize_candidates(table: pa.Table) -> dict[str, Any]:
 
 
 def reason_kind(reason: str | None) -> str:
-    """The kind of a reason: its text before the first colon ('replay', 'unsafe', ...)."""
+    """The kind of a reason: its text before the first colon ('pass 1 replay', 'unsafe', ...)."""
     return (reason or "none").split(":", 1)[0]

@@ -1,5 +1,6 @@
-"""Validation: dual pass, duplicates, safety, difficulty band; and the embedded-default round
-(rule explorer, template abstractor, BFCL) from 20 hand-built signals to a committed pool."""
+"""Validation: the two passes (executable, learnable), duplicates, safety; and the
+embedded-default round (rule explorer, template abstractor, BFCL) from 20 hand-built signals
+to a committed pool."""
 
 from __future__ import annotations
 
@@ -15,11 +16,15 @@ from coevolve.config import ConfigError, load_config
 from coevolve.envs.base import ToolCall
 from coevolve.envs.bfcl import BfclEnvironment
 from coevolve.explore import explore, start_task
+from coevolve.policy.replay import FINAL_TEXT, ReplayPolicy
+from coevolve.schemas import to_table
 from coevolve.tasks import Task
 from coevolve.validate import (
     Attempts,
     SafetyPolicy,
-    _verdict,
+    _episode_solver,
+    learnable,
+    no_effect_turn,
     summarize_candidates,
     validate,
     validate_rows,
@@ -44,12 +49,10 @@ def _candidate(seed, turns, reference, cid="c", **extra):
             "content_hash": task.content_hash, **extra}
 
 
-def _reference_solver(tasks, scores):
-    return [Attempts([s.reward], [s.success]) for s in scores]
-
-
 CD = {"name": "cd", "arguments": {"folder": "document"}}
 MK = {"name": "mkdir", "arguments": {"dir_name": "temp"}}
+LS = {"name": "ls", "arguments": {}}
+PWD = {"name": "pwd", "arguments": {}}
 
 
 def test_each_check_rejects_with_its_reason(env, seed):
@@ -63,51 +66,114 @@ def test_each_check_rejects_with_its_reason(env, seed):
         _candidate(seed, ["Post."], [[{"name": "post_tweet", "arguments": {"content": "my password is x"}}]], "leak"),
         _candidate(seed, ["Go nowhere."], [[{"name": "cd", "arguments": {"folder": "nowhere"}}]], "bad-call"),
         _candidate(seed, ["Call a ghost."], [[{"name": "ghost", "arguments": {}}]], "ghost"),
+        _candidate(seed, ["List the files.", "List them again."], [[LS], [LS]], "repeat"),  # turn 1: nothing new
         {**_candidate(seed, ["x"], [[CD]], "broken"), "spec": '{"turns": ["x"]'},
         _candidate(seed, ["a", "b"], [[CD]], "mismatch"),
         {**_candidate(seed, ["x"], [[CD]], "judged"), "verdict": "rejected", "reason": "llm abstractor: malformed output"},
     ]
     cfg = load_config()
-    out = {r["candidate_id"]: r for r in validate_rows(rows, pool, env, cfg, _reference_solver)}
-    assert out["ok"]["verdict"] == "accepted" and out["ok"]["success"] and out["ok"]["reward"] == 1.0
+    out = {r["candidate_id"]: r for r in validate_rows(rows, pool, env, cfg, None)}
+    assert out["ok"]["verdict"] == "accepted" and out["ok"]["reason"].startswith("accepted: pass 1")
     kinds = {cid: r["reason"].split(":")[0] for cid, r in out.items() if r["verdict"] == "rejected"}
     assert kinds == {
         "same": "duplicate", "near": "near-duplicate", "pooled": "duplicate", "rm": "unsafe", "leak": "unsafe",
-        "bad-call": "replay", "ghost": "replay", "broken": "spec", "mismatch": "spec", "judged": "llm abstractor",
+        "bad-call": "pass 1 replay", "ghost": "pass 1 replay", "repeat": "pass 1 no effect", "broken": "spec",
+        "mismatch": "spec", "judged": "llm abstractor",
     }
     assert "blocked function rm" in out["rm"]["reason"] and "post_tweet.content" in out["leak"]["reason"]
     assert "No such" in out["bad-call"]["reason"] and out["pooled"]["reason"].endswith(seed.task_id)
-    summary = summarize_candidates(__import__("coevolve.schemas", fromlist=["x"]).to_table("candidates", list(out.values())))
-    assert summary["accepted"] == 1 and summary["candidates"] == 11 and summary["pass_rate"] == round(1 / 11, 4)
-    assert summary["rejections"]["unsafe"] == 2 and summary["rejections"]["replay"] == 2
+    assert out["repeat"]["reason"].startswith("pass 1 no effect: turn 1 (ls)")
+    summary = summarize_candidates(to_table("candidates", list(out.values())))
+    assert summary["accepted"] == 1 and summary["candidates"] == 12 and summary["pass_rate"] == round(1 / 12, 4)
+    assert summary["rejections"]["unsafe"] == 2 and summary["rejections"]["pass 1 replay"] == 2
     assert summary["accepted_by_signal_type"] == {"boundary": 1} and summary["accepted_turns"] == {"1": 1}
+    # the probe can be switched off: the repeated listing then passes pass 1
+    lenient = load_config(overrides={"validate.require_effect": False})
+    assert validate_rows([rows[8]], [], env, lenient, None)[0]["verdict"] == "accepted"
+
+
+def test_the_effect_probe_tells_changes_and_new_answers_from_repeats(env, seed):
+    def task(reference):
+        return Task.from_json(_candidate(seed, [f"turn {i}" for i in range(len(reference))], reference)["spec"])
+
+    assert no_effect_turn(env, task([[LS]])) is None  # a listing answers something
+    assert no_effect_turn(env, task([[CD], [LS]])) is None  # another folder's listing is new
+    assert no_effect_turn(env, task([[MK], [LS]])) is None  # the listing now shows temp
+    assert no_effect_turn(env, task([[PWD], [CD], [PWD]])) is None  # a new working directory
+    assert no_effect_turn(env, task([[PWD], [PWD]])) == 1  # the same answer again
+    assert no_effect_turn(env, task([[CD, LS], [], [LS]])) == 2  # an empty turn is skipped, not judged
 
 
 def test_a_reference_whose_result_cannot_be_reproduced_fails_the_first_pass(env, seed):
     # the reference of turn 0 lists 'temp', which only exists after turn 1's mkdir: replay
     # runs it without error but it does not reach the goal it claims
     rows = [_candidate(seed, ["a", "b"], [[CD, {"name": "cd", "arguments": {"folder": "temp"}}], [MK]], "order")]
-    out = validate_rows(rows, [], env, load_config(), _reference_solver)
-    assert out[0]["verdict"] == "rejected" and out[0]["reason"].startswith("replay")
+    out = validate_rows(rows, [], env, load_config(), None)
+    assert out[0]["verdict"] == "rejected" and out[0]["reason"].startswith("pass 1 replay")
 
 
-def test_dual_pass_keeps_partial_reward_and_the_band_drops_the_trivial():
-    assert _verdict(Attempts([0.0, 0.5], [False, False]), band=False)["verdict"] == "accepted"
-    assert _verdict(Attempts([0.0, 0.0], [False, False]), band=False)["reason"].startswith("solver: no reward")
-    assert _verdict(Attempts([1.0, 1.0], [True, True]), band=False)["verdict"] == "accepted"
-    assert _verdict(Attempts([1.0, 1.0], [True, True]), band=True)["reason"].startswith("too easy")
-    assert _verdict(Attempts([1.0, 0.0], [True, False]), band=True)["verdict"] == "accepted"
+def test_learnable_verdicts():
+    assert learnable(Attempts([0.0, 0.5], [False, False]), True)["reason"] == (
+        "accepted: pass 2 failed 2 attempts with progress 0.50"
+    )
+    assert learnable(Attempts([0.0, 0.0], [False, False]), True)["reason"].startswith("pass 2 no progress")
+    assert learnable(Attempts([1.0, 1.0], [True, True]), True)["reason"] == "pass 2 too easy: solved in all 2 attempts"
+    assert learnable(Attempts([1.0, 1.0], [True, True]), False)["verdict"] == "accepted"
+    assert learnable(Attempts([1.0, 0.0], [True, False]), True)["reason"] == "accepted: pass 2 solved in 1 of 2 attempts"
+    assert learnable(Attempts([], []), True)["verdict"] == "rejected"
 
 
-def test_policy_solver_attempts_decide_the_verdict(env, seed):
-    rows = [_candidate(seed, ["a"], [[CD]], "solved"), _candidate(seed, ["b"], [[MK]], "hopeless")]
+class ScriptedPolicy(ReplayPolicy):
+    """Replays a task's reference for the first ``turns[task_id][sample]`` turns of each
+    attempt, then ends every later turn without a call: attempts under the test's control."""
 
-    def solver(tasks, scores):  # a stand-in policy: solves the first task once in two tries
-        return [Attempts([1.0, 0.0], [True, False]), Attempts([0.0, 0.0], [False, False])]
+    def __init__(self, tasks, turns):
+        super().__init__(tasks)
+        self.turns = turns
 
-    cfg = load_config(overrides={"validate.solver": "policy", "validate.attempts": 2, "validate.difficulty_band": True})
+    def chat(self, conversations, tools, sampling, meta=None):
+        out = super().chat(conversations, tools, sampling, meta)
+        for i, m in enumerate(meta):
+            if m["turn"] >= self.turns[m["task_id"]][m["sample_idx"]]:
+                out[i].text = FINAL_TEXT
+        return out
+
+
+def test_pass_two_through_the_rollout_engine(env, seed):
+    """Two attempts per candidate, run by the rollout engine with a scripted policy."""
+    two_turns = [[CD], [MK]]
+    rows = [
+        _candidate(seed, ["Go to document.", "Make temp."], two_turns, "easy"),  # both attempts solve it
+        _candidate(seed, ["Make temp."], [[MK]], "once"),  # solved in one attempt of two
+        _candidate(seed, ["List.", "Go to document."], [[LS], [CD]], "partial"),  # turn 0 only: fails, progress 0.5
+        _candidate(seed, ["Where am I?", "Make temp."], [[PWD], [MK]], "hopeless"),  # no call at all
+    ]
+    tasks = [Task.from_json(r["spec"]) for r in rows]
+    script = {tasks[0].task_id: [2, 2], tasks[1].task_id: [1, 0], tasks[2].task_id: [1, 1], tasks[3].task_id: [0, 0]}
+    cfg = load_config(overrides={"validate.attempts": 2, "env.step_limit": 2})
+    solver = _episode_solver(ScriptedPolicy(tasks, script), cfg, None, "t", 1)
     out = {r["candidate_id"]: r for r in validate_rows(rows, [], env, cfg, solver)}
-    assert out["solved"]["verdict"] == "accepted" and out["hopeless"]["reason"] == "solver: no reward in 2 attempts"
+    assert out["easy"]["reason"] == "pass 2 too easy: solved in all 2 attempts" and out["easy"]["verdict"] == "rejected"
+    assert out["once"]["reason"] == "accepted: pass 2 solved in 1 of 2 attempts" and out["once"]["success"]
+    assert out["partial"]["verdict"] == "accepted" and out["partial"]["reason"].startswith("accepted: pass 2 failed 2 attempts")
+    assert out["partial"]["success"] is False and out["partial"]["reward"] >= 0.5
+    assert out["hopeless"]["reason"].startswith("pass 2 no progress") and out["hopeless"]["reward"] == 0.0
+
+
+def test_pass_two_is_skipped_without_a_policy(env, seed, tmp_path):
+    """Round 0: validate(..., policy_path=None) runs the mechanical checks and pass 1 only."""
+    from coevolve.store import Store
+
+    store = Store(str(tmp_path / "store"))
+    rows = [_candidate(seed, ["Make temp."], [[MK]], "a"), _candidate(seed, ["Where?", "Again?"], [[PWD], [PWD]], "b")]
+    store.write("candidates", 0, "t-candidates", rows)
+    cfg = load_config(overrides={"store": store.uri, "run_name": "t"})
+    assert cfg.validate_.solver == "policy" and cfg.validate_.attempts == 2
+    table = validate(store, cfg, "t", 0, None)
+    verdicts = {r["candidate_id"]: (r["verdict"], r["reason"].split(":")[0]) for r in table.to_pylist()}
+    assert verdicts == {"a": ("accepted", "accepted"), "b": ("rejected", "pass 1 no effect")}
+    assert "pass 2 skipped" in table.to_pylist()[0]["reason"]
+    assert store.read("rollouts").num_rows == 0  # no attempt was made
 
 
 def test_safety_rules_and_config_errors_are_clear(seed):
@@ -115,8 +181,8 @@ def test_safety_rules_and_config_errors_are_clear(seed):
     task = dataclasses.replace(seed, reference_actions=[[{"name": "fund_account", "arguments": {"amount": 12345678}}]])
     assert policy.check(task) == "unsafe: fund_account.amount matches '^\\\\d{7,}'"
     assert policy.check(dataclasses.replace(seed, reference_actions=[[CD]])) is None
-    with pytest.raises(ConfigError, match="difficulty_band"):
-        load_config(overrides={"validate.difficulty_band": True})
+    with pytest.raises(ConfigError, match="validate.attempts"):
+        load_config(overrides={"validate.attempts": 0})
     with pytest.raises(ConfigError, match="function.argument~regex"):
         load_config(overrides={"validate.blocked_arguments": ["no-tilde"]})
     with pytest.raises(ConfigError, match="validate.solver"):
@@ -269,8 +335,10 @@ def test_llm_explorer_and_abstractor_round_over_http(signal_store, env, scripted
     summary = summarize_candidates(table)
     assert summary["accepted"] >= 1 and set(summary["accepted_by_signal_type"]) <= {"forgetting", "boundary", "rare"}
     kinds = Counter(r["reason"].split(":")[0] for r in rows if r["verdict"] == "rejected")
-    assert set(kinds) <= {"llm abstractor", "duplicate", "near-duplicate", "solver", "replay"} and kinds["llm abstractor"] >= 2
-    assert any(r["reason"].startswith("accepted: partial reward") for r in rows)  # the explorer LLM as solver
+    assert set(kinds) <= {"llm abstractor", "duplicate", "near-duplicate", "pass 1 replay", "pass 1 no effect",
+                          "pass 2 no progress", "pass 2 too easy"} and kinds["llm abstractor"] >= 2
+    # the explorer LLM as the pass-2 solver (it needs no trained policy)
+    assert any(r["reason"].startswith("accepted: pass 2 failed") for r in rows)
 
 
 @pytest.fixture(scope="module")
@@ -341,8 +409,8 @@ def test_the_explorer_solver_needs_an_endpoint():
 
 
 def test_a_failing_solver_rejects_with_its_reason_instead_of_crashing(env, seed):
-    def down(tasks, scores):
+    def down(tasks):
         raise ConnectionError("endpoint unreachable")
 
     out = validate_rows([_candidate(seed, ["a"], [[CD]], "c")], [], env, load_config(), down)
-    assert out[0]["verdict"] == "rejected" and out[0]["reason"].startswith("solver: reference failed: ConnectionError")
+    assert out[0]["verdict"] == "rejected" and out[0]["reason"].startswith("pass 2 solver: policy failed: ConnectionError")

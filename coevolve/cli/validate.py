@@ -1,15 +1,16 @@
 """``coevolve bench validate``: how fast candidate validation is, on BFCL.
 
     coevolve bench validate                                  # 1,000 candidates vs a pool of 10,000
-    coevolve bench validate --set validate.solver=policy --set policy.model=tiny --solver-tasks 8
+    coevolve bench validate --set policy.model=tiny --policy tiny --solver-tasks 8
 
 It builds a pool of ``--pool`` BFCL tasks (every contiguous window of turns of the 800
 multi-turn entries, then renamed copies until the size is reached) and ``--candidates``
 candidates the way a round makes them (rule explorer + template abstractor from BFCL
-entries of all four categories), plus planted duplicates and unsafe tasks. It times the
-mechanical pass (spec decoding, safety rules, exact and near-duplicate removal against the
-pool, replay and scoring in fresh environments), then the configured solver's attempts per
-second on ``--solver-tasks`` of the candidates that passed.
+entries of all four categories), plus planted duplicates, unsafe tasks and tasks whose calls
+have no effect. It times the mechanical part (spec decoding, safety rules, exact and
+near-duplicate removal against the pool, pass 1: replay, scoring and the no-effect probe
+in fresh environments), then, with ``--policy``, pass 2: the configured solver's attempts
+per second on ``--solver-tasks`` of the candidates that passed.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def _candidates(env, cfg, n: int, pool_rows: list[dict]) -> list[dict]:
             result = make_task(run, *result, "bench", 1)
         out.append(candidate_row(run, "bench", 1, result))
     out = out[:n]
-    # plant known rejections: 5% copies of pool tasks, 5% destructive calls
+    # plant known rejections: 5% copies of pool tasks, 5% destructive calls, 5% read-only repeats
     for k in range(0, len(out), 20):
         planted = Task.from_row(pool_rows[(k * 37) % len(pool_rows)])
         out[k] = {**out[k], "spec": planted.to_json(), "verdict": None, "reason": None}
@@ -86,6 +87,15 @@ def _candidates(env, cfg, n: int, pool_rows: list[dict]) -> list[dict]:
         t = Task.from_row(pool_rows[(k * 11) % len(pool_rows)])
         t.reference_actions[0] = t.reference_actions[0] + [{"name": "rm", "arguments": {"file_name": "x"}}]
         out[k] = {**out[k], "spec": t.to_json(), "verdict": None, "reason": None}
+    for k in range(5, len(out), 20):
+        if out[k].get("verdict") or not out[k].get("spec"):  # the abstractor rejected this run: no spec
+            continue
+        t = Task.from_json(out[k]["spec"])
+        if t.reference_actions and t.reference_actions[-1]:
+            # a last turn that repeats the turn before it (same calls): no new state, no new answer
+            t = dataclasses.replace(t, turns=t.turns + ["Again."], reference_actions=t.reference_actions
+                                    + [list(t.reference_actions[-1])], task_id=t.task_id + "~again")
+            out[k] = {**out[k], "spec": t.to_json(), "verdict": None, "reason": None}
     return out
 
 
@@ -97,15 +107,16 @@ def _say(text: str) -> None:
 def bench_validate(
     candidates: int = typer.Option(1000, "--candidates", "-n", help="Candidates to validate."),
     pool: int = typer.Option(10_000, "--pool", help="Tasks in the pool they are deduplicated against."),
-    solver_tasks: int = typer.Option(16, help="Candidates the configured solver attempts, for its rate."),
+    policy: str = typer.Option(None, "--policy", help="Policy checkpoint or model name for pass 2 (default: pass 1 only)."),
+    solver_tasks: int = typer.Option(16, help="Candidates the configured solver attempts in pass 2, for its rate."),
     config: str = typer.Option(None, "--config", "-c", help="Run config YAML (its validate/policy sections apply)."),
-    sets: list[str] = typer.Option([], "--set", help="Override a config key, KEY=VALUE (e.g. validate.solver=policy)."),
+    sets: list[str] = typer.Option([], "--set", help="Override a config key, KEY=VALUE (e.g. validate.attempts=4)."),
 ) -> None:
-    """Time the mechanical validation pass on BFCL candidates, and the solver's attempts/s."""
+    """Time the mechanical part of validation (dedup, safety, pass 1) on BFCL candidates, and pass 2's attempts/s."""
     from coevolve.envs.bfcl import BfclEnvironment
     from coevolve.registry import resolve
     from coevolve.tasks import Task
-    from coevolve.validate import pool_index, reason_kind, replay, validate_rows
+    from coevolve.validate import pool_index, reason_kind, validate_rows
 
     cfg = load_config_or_fail(config, parse_sets(sets))
     env = BfclEnvironment()
@@ -118,30 +129,30 @@ def bench_validate(
     t0 = time.perf_counter()
     pool_index(pool_rows, cfg.validate_.near_duplicate_threshold)
     t_index = time.perf_counter() - t0
-    reference = resolve("solver", "reference")(cfg, None, "bench", 1, None)
     t0 = time.perf_counter()
-    judged = validate_rows(cands, pool_rows, env, cfg, reference)
+    judged = validate_rows(cands, pool_rows, env, cfg, None)
     t_mech = time.perf_counter() - t0
     verdicts = Counter(r["verdict"] for r in judged)
     reasons = Counter(reason_kind(r["reason"]) for r in judged if r["verdict"] == "rejected")
     _say(
-        f"mechanical pass: {len(cands):,} candidates vs {len(pool_rows):,} pool tasks in {t_mech:.2f} s "
-        f"({1000 * t_mech / max(1, len(cands)):.2f} ms per candidate; pool index {t_index:.2f} s of it) "
+        f"mechanical part (dedup, safety, pass 1): {len(cands):,} candidates vs {len(pool_rows):,} pool tasks in "
+        f"{t_mech:.2f} s ({1000 * t_mech / max(1, len(cands)):.2f} ms per candidate; pool index {t_index:.2f} s of it) "
         f"[{'OK' if t_mech < 10 else 'SLOW'}: goal < 10 s]"
     )
     _say(f"verdicts: {dict(verdicts)}; rejections: {dict(reasons.most_common())}")
 
     passed = [Task.from_json(r["spec"]) for r in judged if r["verdict"] == "accepted"][:solver_tasks]
-    if not passed:
+    solver = resolve("solver", cfg.validate_.solver)(cfg, None, "bench", 1, policy)
+    if not passed or solver is None:
+        _say(f"pass 2 not timed: {'no candidate passed' if not passed else 'no --policy (or validate.solver none)'}")
         return
-    solver = resolve("solver", cfg.validate_.solver)(cfg, None, "bench", 1, None)
-    t0 = time.perf_counter()  # the first pass is part of every solver's cost (the whole cost of 'reference')
-    attempts = solver(passed, [replay(env, t)[1] for t in passed])
+    t0 = time.perf_counter()
+    attempts = solver(passed)
     dt = time.perf_counter() - t0
-    n = sum(len(a.rewards) for a in attempts)
+    n = sum(len(a.successes) for a in attempts)
     solved = sum(any(a.successes) for a in attempts)
-    mean_best = sum(max(a.rewards, default=0.0) for a in attempts) / len(passed)
+    mean_best = sum(max(a.progress, default=0.0) for a in attempts) / len(passed)
     _say(
-        f"solver {cfg.validate_.solver!r}: {n} attempts on {len(passed)} tasks in {dt:.2f} s "
-        f"= {n / dt:.1f} attempts/s; solved {solved}/{len(passed)}, mean best reward {mean_best:.2f}"
+        f"pass 2, solver {cfg.validate_.solver!r}: {n} attempts on {len(passed)} tasks in {dt:.2f} s "
+        f"= {n / dt:.1f} attempts/s; solved {solved}/{len(passed)}, mean best progress {mean_best:.2f}"
     )
