@@ -404,8 +404,8 @@ def validate(store: Store, cfg: RunConfig, run_id: str, round: int, policy_path:
 
 
 def summarize_candidates(table: pa.Table) -> dict[str, Any]:
-    """Round-summary figures: counts, pass rate, rejection reasons (by kind), accepted tasks
-    by signal type, and the turn-count distribution of accepted tasks."""
+    """Round-summary figures: counts, pass rate, rejection reasons (by kind and by pass),
+    accepted tasks by signal type, and the turn-count distribution of accepted tasks."""
     rows = table.to_pylist()
     accepted = [r for r in rows if r["verdict"] == "accepted"]
     rejected = [r for r in rows if r["verdict"] != "accepted"]
@@ -415,6 +415,7 @@ def summarize_candidates(table: pa.Table) -> dict[str, Any]:
         "rejected": len(rejected),
         "pass_rate": round(len(accepted) / len(rows), 4) if rows else 0.0,
         "rejections": dict(Counter(reason_kind(r["reason"]) for r in rejected).most_common()),
+        "rejections_by_pass": dict(sorted(Counter(reason_pass(r["reason"]) for r in rejected).items())),
         "accepted_by_signal_type": dict(sorted(Counter(r["signal_type"] for r in accepted).items())),
         "accepted_turns": {str(k): v for k, v in sorted(Counter(r["n_turns"] for r in accepted).items())},
     }
@@ -423,3 +424,10 @@ def summarize_candidates(table: pa.Table) -> dict[str, Any]:
 def reason_kind(reason: str | None) -> str:
     """The kind of a reason: its text before the first colon ('pass 1 replay', 'unsafe', ...)."""
     return (reason or "none").split(":", 1)[0]
+
+
+def reason_pass(reason: str | None) -> str:
+    """Where a rejection happened: 'pass 1', 'pass 2', or 'checks' (spec, safety, duplicates,
+    and rejections made before validation, e.g. by the abstractor)."""
+    kind = reason_kind(reason)
+    return kind[:6] if kind.startswith(("pass 1", "pass 2")) else "checks"

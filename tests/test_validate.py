@@ -86,6 +86,7 @@ def test_each_check_rejects_with_its_reason(env, seed):
     summary = summarize_candidates(to_table("candidates", list(out.values())))
     assert summary["accepted"] == 1 and summary["candidates"] == 12 and summary["pass_rate"] == round(1 / 12, 4)
     assert summary["rejections"]["unsafe"] == 2 and summary["rejections"]["pass 1 replay"] == 2
+    assert summary["rejections_by_pass"] == {"checks": 8, "pass 1": 3}
     assert summary["accepted_by_signal_type"] == {"boundary": 1} and summary["accepted_turns"] == {"1": 1}
     # the probe can be switched off: the repeated listing then passes pass 1
     lenient = load_config(overrides={"validate.require_effect": False})
