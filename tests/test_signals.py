@@ -323,6 +323,36 @@ def test_mine_signals_budget_is_new_ids_and_rewrites(tmp_path):
     assert mine_signals(store, SignalsConfig(budget_per_type=0), RUN, 2).num_rows == 0
 
 
+def test_a_small_round_mines_every_kind_with_the_defaults(tmp_path):
+    """The embedded default's round: 2 GRPO steps x 2 tasks x 4 samples = 16 episodes of 1-3
+    calls, rewards with partial credit (progress x 0.5 + a format bonus), almost no success."""
+    T, F = True, False
+
+    def step(task, train_step, rewards, actions, round):
+        rows = []
+        for r, a in zip(rewards, actions):
+            success, reward = (T, 1.0) if r == 1.0 else (F, r)
+            rows += episode(task, success, reward=reward, actions=a, round=round, train_step=train_step)
+        return rows
+
+    four = lambda a: [a] * 4  # noqa: E731
+    rows = (
+        step("A", 0, [0.6, 0.6, 1.0, 0.35], four(["ls"]), 1) + step("B", 0, [0.1, 0.1, 0.0, 0.1], four(["ls"]), 1)
+        + step("C", 1, [0.1] * 4, four(["ls"]), 1) + step("D", 1, [1.0] * 4, four(["ls"]), 1)
+        # round 2
+        + step("A", 0, [0.1, 0.35, 0.1, 0.6], [["ls", "cd"], ["ls", "cd", "cat"], ["ls", "cd"], ["ls", "cd"]], 2)
+        + step("C", 0, [0.1] * 4, [["pwd", "ls"]] * 3 + [["pwd"]], 2)
+        + step("B", 1, [0.0] * 4, [["mkdir", "cd"]] * 2 + [["mkdir"]] * 2, 2)
+        + step("D", 1, [1.0, 1.0, 1.0, 0.6], [["cd", "cat"]] * 2 + [["cat"]] * 2, 2)
+    )
+    store = make_store(tmp_path, rows)
+    table = mine_signals(store, SignalsConfig(), RUN, 2)
+    got = {(r["signal_type"], r["task_id"] or r["pattern"]) for r in table.to_pylist()}
+    # A: mean reward 0.64 -> 0.29 and a reward std of 0.21; D: 3 of 4 solved; mkdir > cd: the
+    # least frequent of the patterns seen twice (counts 4, 3, 3, 2 of 12 bigrams)
+    assert got == {("forgetting", "A"), ("boundary", "A"), ("boundary", "D"), ("rare", "mkdir > cd")}
+
+
 def test_mine_signals_on_an_empty_store(tmp_path):
     assert mine_signals(Store(str(tmp_path / "empty")), SignalsConfig(), RUN, 1).num_rows == 0
 
