@@ -12,11 +12,12 @@ checks first; the first failing check is the reason):
 4. **pass 1, executable**: in a fresh episode every reference call runs without error from
    the initial state and the replay reaches the task's own goal (``replay``); and every turn
    has an effect (``no_effect_turn``, unless ``require_effect`` is off): its calls change the
-   state or return an answer the agent has not already been given. A turn is probed in a fresh episode that replays the
-   earlier turns and then makes one call to a function that does not exist (an error, no
-   effect); if the environment's own checker passes that turn anyway (BFCL: state equal
-   to the reference's and the reference results already among the agent's), the turn's
-   calls did nothing the task could ask for, and the task is rejected;
+   state or return an answer the agent has not already been given. A turn is probed in a
+   fresh episode that replays the earlier turns and then makes one call to a function that
+   does not exist (an error, no effect); if the environment's own checker passes that turn
+   anyway (BFCL: state equal to the reference's and the reference results already among
+   the agent's), the turn's calls did nothing the task could ask for (a repeated read, a
+   zero-amount update), and the task is rejected;
 5. **pass 2, learnable**: the solver (``validate.solver``, default the round's policy)
    attempts the task ``attempts`` times, batched through the rollout engine; kept if an
    attempt succeeds or makes progress (``progress``: reference effects reproduced, never a
