@@ -201,6 +201,12 @@ class SignalsConfig:
 # --------------------------------------------------------------------------- explore / abstract / validate
 @dataclass
 class ExploreConfig:
+    enabled: bool = _help(
+        "Mine signals, explore, abstract and validate in rounds 1..N. False trains every round on the "
+        "round-0 pool alone (the ablation's 'static' condition): those four stages produce nothing and "
+        "commit adds nothing.",
+        True,
+    )
     explorer: str = _help("Explorer plug-in: 'rule', 'llm' or 'random'.", "rule")
     runs_per_context: int = _help("Independent runs per signal context (multi-round).", 2)
     steps_per_run: int = _help("Steps per run (multi-step).", 4)
