@@ -95,11 +95,13 @@ def collect(store: Store, runs: list[str] | None = None) -> ReportData:
     parts: list[dict[str, pl.DataFrame]] = []
     if ablations.height:
         subs = ablations.select("run_id", "condition", "seed", "store").unique().sort("run_id")
-        for row in subs.iter_rows(named=True):
+        for row in subs.filter(pl.col("store").is_not_null()).iter_rows(named=True):
             sub = Store(row["store"], **{k: v for k, v in store.s3_settings.items() if k in ("endpoint_url", "region")})
             parts.append(_frames(sub, [row["run_id"]], {row["run_id"]: (row["condition"], row["seed"])}))
     else:
         parts.append(_frames(store, runs, None))
+    if not parts:  # an ablation whose rows name no sub-store: its own table is all there is
+        parts.append(_frames(store, ["-"], None))
     merged = {k: pl.concat([p[k] for p in parts], how="diagonal_relaxed") for k in parts[0]}
     return ReportData(ablation=bool(ablations.height), ablations=ablations, **merged)
 
@@ -164,7 +166,7 @@ def plot_score(data: ReportData):
             if s["seeds"].max() > 1:
                 ax.fill_between(x, s["lo"].to_list(), s["hi"].to_list(), color=line.get_color(), alpha=0.15)
     ax.set_xticks(rounds)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, max(0.05, float(stats["hi"].max()) * 1.15))
     ax.legend(title="condition" if data.ablation else "run")
     return fig, None
 
@@ -228,7 +230,7 @@ def _stacked(ax, labels: list[str], heights: dict[str, list[float]], legend: str
     for name, h in heights.items():
         ax.bar(labels, h, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, h)]
-    ax.legend(title=legend)
+    ax.legend(title=legend, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     if len(labels) > 4:
         ax.tick_params(axis="x", labelrotation=45)
 
