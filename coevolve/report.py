@@ -379,12 +379,23 @@ def _markdown(store: Store, data: ReportData, report: Report, image_prefix: str 
     return "\n".join(lines)
 
 
+def _artifact_dir(store: Store) -> Path:
+    """Where artifacts' pictures go: ``<store>/report`` locally; for S3 a folder under the
+    system temp dir named after the store (never the working directory)."""
+    if not store.is_s3:
+        return Path(store.root) / "report"
+    import re
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "coevolve-report" / re.sub(r"[^A-Za-z0-9_.-]+", "-", store.root)
+
+
 def ablation_markdown(store: Store, df: pl.DataFrame | None = None, out: str | Path | None = None) -> str:
     """Markdown of an ablation for a Prefect artifact: the summary table, then the report
     (its pictures written to ``out``, linked by path)."""
     from coevolve.ablate import summary
 
-    report = write_report(store, out=out)
+    report = write_report(store, out=out or _artifact_dir(store))
     table = _md_table(df if df is not None else summary(store))
     pictures = "\n".join(f"![{p.stem}]({p})" for p in report.files if p.suffix == ".png")
     return f"# Ablation {store.uri}\n\n{table}\n\nReport: {report.out / 'report.md'}\n\n{pictures}\n"
@@ -393,7 +404,7 @@ def ablation_markdown(store: Store, df: pl.DataFrame | None = None, out: str | P
 def round_markdown(store: Store, run_id: str, round: int, out: str | Path | None = None) -> str:
     """Markdown of one finished round for a Prefect artifact: its ``rounds`` row and the run's
     report pictures so far (written to ``out``, default ``<store>/report/<run_id>``)."""
-    out = Path(out) if out else (Path(store.root) / "report" / run_id if not store.is_s3 else Path("coevolve-report") / run_id)
+    out = Path(out) if out else _artifact_dir(store) / run_id
     report = write_report(store, runs=[run_id], out=out)
     data = collect(store, [run_id])
     row = data.rounds.filter(pl.col("round") == round).drop("condition", "seed")

@@ -6,7 +6,7 @@
 A trained condition's subflow is the seed task and ``round_flow`` of ``flows.evolve`` per
 round (so its rounds publish their artifacts as any run does); zero-shot is the seed task
 and one evaluation. The ablation publishes a Markdown artifact with the summary table and
-the report's pictures (written into ``<store>/report``, or ``$COEVOLVE_REPORT_DIR``).
+the report's pictures (written into ``<store>/report``; S3 stores: ``./coevolve-report``).
 """
 
 from __future__ import annotations

@@ -84,6 +84,13 @@ def test_ablation_flow_then_cli_resume_then_nothing_repeated(prefect_harness, tm
     df = ablate_flow(config=TINY, seeds=1, rounds=1, store=store, overrides={**SMALL, **extra})
     assert df["condition"].to_list() == [c.name for c in CONDITIONS] and df["seeds"].to_list() == [1] * 4
     first = {p: p.stat().st_mtime_ns for p in Path(store).rglob("*.json")}
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        artifacts = {a.key: a for a in client.read_artifacts()}
+    assert "coevolve-static-s0-round-1" in artifacts and "coevolve-signal-guided-s0-round-1" in artifacts
+    summary_md = next(a.data for k, a in artifacts.items() if k.startswith("ablation-"))
+    assert "| signal-guided | 1 | 1 |" in summary_md and "score.png" in summary_md
 
     # two seeds from the CLI: seed 0 is skipped (finished), seed 1 runs
     out = runner.invoke(app, ["ablate", "--config", TINY, "--seeds", "2", "--rounds", "1", "--store", store,

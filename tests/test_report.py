@@ -138,6 +138,14 @@ def test_missing_columns_and_rows_skip_plots_with_a_note(tmp_path):
     assert "## Not plotted" in (tmp_path / "rep" / "report.md").read_text()
 
 
+def test_round_artifact_markdown(run_store, tmp_path):
+    from coevolve.report import round_markdown
+
+    md = round_markdown(run_store, "r1", 2, out=tmp_path / "round")
+    assert md.startswith("# r1: round 2") and "| eval_score | 0.5 |" in md
+    assert f"]({tmp_path / 'round' / 'score.png'})" in md and (tmp_path / "round" / "score.png").is_file()
+
+
 def test_cli_report_and_polars_helpers(run_store, tmp_path):
     out = runner.invoke(app, ["report", "--store", run_store.uri, "--run", "r1", "--out", str(tmp_path / "o")])
     assert out.exit_code == 0, out.output
