@@ -291,6 +291,19 @@ class EvalConfig:
 
 
 @dataclass
+class AblateConfig:
+    seeds: int = _help(
+        "Seeds per condition of `coevolve ablate` (the run seed, seed+1, ...); every condition "
+        "gets the same seeds.",
+        1,
+    )
+
+    def validate(self) -> None:
+        if self.seeds < 1:
+            raise ConfigError("ablate.seeds must be >= 1")
+
+
+@dataclass
 class S3Config:
     endpoint_url: str = _help("S3 endpoint (empty = AWS, or AWS_ENDPOINT_URL).", "")
     region: str = _help("S3 region (empty = AWS_REGION / AWS_DEFAULT_REGION / us-east-1).", "")
@@ -311,6 +324,7 @@ class RunConfig:
     abstract: AbstractConfig = field(default_factory=AbstractConfig)
     validate_: ValidateConfig = field(default_factory=ValidateConfig, metadata={"key": "validate"})
     eval: EvalConfig = field(default_factory=EvalConfig)
+    ablate: AblateConfig = field(default_factory=AblateConfig)
     s3: S3Config = field(default_factory=S3Config)
 
     def check(self) -> "RunConfig":

@@ -408,5 +408,7 @@ def round_markdown(store: Store, run_id: str, round: int, out: str | Path | None
     report = write_report(store, runs=[run_id], out=out)
     data = collect(store, [run_id])
     row = data.rounds.filter(pl.col("round") == round).drop("condition", "seed")
+    table = _md_table(row.transpose(include_header=True, header_name="metric", column_names=["value"])) \
+        if row.height else "_(no rounds row yet)_"
     pictures = "\n".join(f"![{p.stem}]({p})" for p in report.files if p.suffix == ".png")
-    return f"# {run_id}: round {round}\n\n{_md_table(row.transpose(include_header=True, column_names=['value']) if row.height else row)}\n\nReport: {out / 'report.md'}\n\n{pictures}\n"
+    return f"# {run_id}: round {round}\n\n{table}\n\nReport: {out / 'report.md'}\n\n{pictures}\n"

@@ -56,7 +56,7 @@ def _plan_kwargs(plan_args: dict[str, Any]) -> dict[str, Any]:
 @flow(name="coevolve-ablate", log_prints=True)
 def ablate_flow(
     config: str | None = None,
-    seeds: int = 1,
+    seeds: int | None = None,
     rounds: int | None = None,
     store: str | None = None,
     overrides: dict[str, Any] | None = None,
@@ -67,7 +67,9 @@ def ablate_flow(
     (dotted keys, ``{"train.steps": 4}``) apply to every condition.
     """
     cfg = load_config(config, {"store": store, **(overrides or {})})
-    plan_args = {"base": cfg.to_dict(), "seeds": seeds, "rounds": rounds or cfg.rounds, "store": cfg.store}
+    plan_args = {
+        "base": cfg.to_dict(), "seeds": seeds or cfg.ablate.seeds, "rounds": rounds or cfg.rounds, "store": cfg.store,
+    }
     runs = plan(**_plan_kwargs(plan_args))
     st = ablation_store(runs[0])
     st.check_reachable()
@@ -99,7 +101,7 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     ablate_flow(
         config=args[0] if args else None,
-        seeds=int(args[1]) if len(args) > 1 else 1,
+        seeds=int(args[1]) if len(args) > 1 else None,
         rounds=int(args[2]) if len(args) > 2 else None,
         store=args[3] if len(args) > 3 else None,
     )

@@ -122,3 +122,11 @@ def test_ablation_flow_then_cli_resume_then_nothing_repeated(prefect_harness, tm
     labels = [ln.get_label() for ln in rep.figures["score"].axes[0].lines]
     assert labels == [c.name for c in CONDITIONS]
     assert (tmp_path / "report" / "score.png").is_file()
+
+
+@pytest.mark.parametrize("preset,rounds", [("ablate-cpu.yaml", 2), ("ablate-gpu.yaml", 3)])
+def test_presets_are_the_ladder_with_two_seeds(preset, rounds):
+    cfg = load_config(str(ROOT / "configs" / preset))
+    runs = plan(cfg, cfg.ablate.seeds, cfg.rounds)
+    assert len(runs) == 8 and {r.cfg.rounds for r in runs} == {rounds}
+    assert {r.cfg.train.steps for r in runs} == {cfg.train.steps}  # equal budgets

@@ -160,3 +160,12 @@ def test_cli_report_and_polars_helpers(run_store, tmp_path):
     with pytest.raises(ValueError, match="unknown table"):
         scan(run_store, "nope")
     assert Path(run_store.root, "report").exists() is False  # --out was honoured
+
+
+def test_report_and_scan_over_s3(s3_endpoint, s3_bucket, tmp_path):
+    store = Store(f"s3://{s3_bucket}/cv", endpoint_url=s3_endpoint)
+    fake_run(store, "s3run", scores=[0.5], signals=[{"rare": 2}], passed=[(1, 1)], turns=[[2]])
+    rep = write_report(store, out=tmp_path / "rep")
+    assert {p.stem for p in rep.files if p.suffix == ".png"} == PNGS
+    assert _lines(rep.figures["score"])["s3run"][1] == [0.5]
+    assert scan(store, "signals").select(pl.len()).collect().item() == 2

@@ -41,7 +41,7 @@ def _print_run(event: str, run) -> None:
 @app.command()
 def ablate(
     config: str = typer.Option(None, "--config", "-c", help="YAML run config every condition starts from."),
-    seeds: int = typer.Option(1, help="Seeds per condition (config seed, seed+1, ...)."),
+    seeds: int = typer.Option(None, help="Seeds per condition: config seed, seed+1, ... (default: ablate.seeds)."),
     rounds: int = typer.Option(None, help="Rounds per trained condition (default: the config's rounds)."),
     store: str = typer.Option(None, help="Ablation store (default: the config's store); runs live under <store>/conditions/."),
     set_: list[str] = typer.Option([], "--set", help="Override any field for every condition: --set train.steps=4."),
@@ -53,6 +53,7 @@ def ablate(
 
     overrides = {"store": store, **parse_sets(set_)}
     cfg = preflight(config, overrides)
+    seeds = seeds or cfg.ablate.seeds
     try:
         runs = plan(cfg, seeds, rounds or cfg.rounds, cfg.store)
     except ConfigError as exc:
@@ -62,10 +63,11 @@ def ablate(
         f"{len({r.condition.name for r in runs})} conditions), {rounds or cfg.rounds} round(s), store {cfg.store}"
     )
 
+    for key, value in (("PREFECT_SERVER_ANALYTICS_ENABLED", "false"), ("DO_NOT_TRACK", "1"),
+                       ("PREFECT_LOGGING_LEVEL", "WARNING"), ("TRANSFORMERS_VERBOSITY", "error"),
+                       ("HF_HUB_DISABLE_PROGRESS_BARS", "1")):
+        os.environ.setdefault(key, value)
     if prefect:
-        for key, value in (("PREFECT_SERVER_ANALYTICS_ENABLED", "false"), ("DO_NOT_TRACK", "1"),
-                           ("PREFECT_LOGGING_LEVEL", "WARNING"), ("TRANSFORMERS_VERBOSITY", "error")):
-            os.environ.setdefault(key, value)
         from coevolve.ablate import ablation_store, is_done
         from flows.ablate import ablate_flow
 
