@@ -129,12 +129,11 @@ def _conditions(df: pl.DataFrame) -> list[str]:
 
 
 def _new_figure(title: str, xlabel: str, ylabel: str, ncols: int = 1, width: float = 7.0):
-    import matplotlib
+    # a bare Figure (no pyplot): no global state, safe in Prefect's worker threads, no display needed
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols if ncols > 1 else width, 4.2), squeeze=False)
+    fig = Figure(figsize=(width * ncols, 4.2))
+    axes = fig.subplots(1, ncols, squeeze=False)
     fig.suptitle(title)
     for ax in axes[0]:
         ax.set_xlabel(xlabel)
@@ -327,8 +326,6 @@ def _md_table(df: pl.DataFrame, digits: int = 3) -> str:
 def write_report(store: Store, runs: list[str] | None = None, out: str | Path | None = None) -> Report:
     """Write the PNGs and ``report.md`` into ``out`` (default: ``<store>/report`` for a local
     store, ``./coevolve-report`` for S3); returns what was written."""
-    import matplotlib.pyplot as plt
-
     out = Path(out) if out else (Path(store.root) / "report" if not store.is_s3 else Path("coevolve-report"))
     out.mkdir(parents=True, exist_ok=True)
     data = collect(store, runs)
@@ -341,7 +338,6 @@ def write_report(store: Store, runs: list[str] | None = None, out: str | Path | 
         fig.tight_layout()
         path = out / f"{name}.png"
         fig.savefig(path, dpi=110)
-        plt.close(fig)
         report.figures[name] = fig
         report.files.append(path)
     report.markdown = _markdown(store, data, report)
