@@ -169,3 +169,7 @@ def test_report_and_scan_over_s3(s3_endpoint, s3_bucket, tmp_path):
     assert {p.stem for p in rep.files if p.suffix == ".png"} == PNGS
     assert _lines(rep.figures["score"])["s3run"][1] == [0.5]
     assert scan(store, "signals").select(pl.len()).collect().item() == 2
+    from coevolve.report import round_markdown
+
+    md = round_markdown(store, "s3run", 1)  # an artifact's pictures of an S3 store: the temp dir, not the cwd
+    assert "| eval_score | 0.5 |" in md and "coevolve-report" in md and not Path("coevolve-report").exists()
