@@ -211,6 +211,12 @@ class SignalsConfig:
 # --------------------------------------------------------------------------- explore / abstract / validate
 @dataclass
 class ExploreConfig:
+    enabled: bool = _help(
+        "Mine signals, explore, abstract and validate in rounds 1..N. False trains every round on the "
+        "round-0 pool alone (the ablation's 'static' condition): those four stages produce nothing and "
+        "commit adds nothing.",
+        True,
+    )
     explorer: str = _help("Explorer plug-in: 'rule', 'llm' or 'random'.", "rule")
     runs_per_context: int = _help("Independent runs per signal context (multi-round).", 2)
     steps_per_run: int = _help("Steps per run (multi-step).", 4)
@@ -301,6 +307,19 @@ class EvalConfig:
 
 
 @dataclass
+class AblateConfig:
+    seeds: int = _help(
+        "Seeds per condition of `coevolve ablate` (the run seed, seed+1, ...); every condition "
+        "gets the same seeds.",
+        1,
+    )
+
+    def validate(self) -> None:
+        if self.seeds < 1:
+            raise ConfigError("ablate.seeds must be >= 1")
+
+
+@dataclass
 class S3Config:
     endpoint_url: str = _help("S3 endpoint (empty = AWS, or AWS_ENDPOINT_URL).", "")
     region: str = _help("S3 region (empty = AWS_REGION / AWS_DEFAULT_REGION / us-east-1).", "")
@@ -321,6 +340,7 @@ class RunConfig:
     abstract: AbstractConfig = field(default_factory=AbstractConfig)
     validate_: ValidateConfig = field(default_factory=ValidateConfig, metadata={"key": "validate"})
     eval: EvalConfig = field(default_factory=EvalConfig)
+    ablate: AblateConfig = field(default_factory=AblateConfig)
     s3: S3Config = field(default_factory=S3Config)
 
     def check(self) -> "RunConfig":

@@ -123,6 +123,11 @@ def pool_tasks(store: Store, split: str) -> list[Task]:
 
 
 # ----------------------------------------------------------------------------- stages
+def _feedback_off(ctx: RoundContext) -> bool:
+    """``explore.enabled: false``: rounds 1..N train on the round-0 pool alone."""
+    return not ctx.cfg.explore.enabled and ctx.round > 0
+
+
 def _train(ctx: RoundContext) -> dict:
     from coevolve.train import train_round
 
@@ -136,6 +141,8 @@ def _train(ctx: RoundContext) -> dict:
 
 
 def _signals(ctx: RoundContext) -> dict:
+    if _feedback_off(ctx):
+        return {f"signals_{t}": 0 for t in ("forgetting", "boundary", "rare")}
     from coevolve.signals import mine_signals
 
     table = mine_signals(ctx.store, ctx.cfg.signals, ctx.run_id, ctx.round)
@@ -144,18 +151,24 @@ def _signals(ctx: RoundContext) -> dict:
 
 
 def _explore(ctx: RoundContext) -> dict:
+    if _feedback_off(ctx):
+        return {"n_explorations": 0}
     from coevolve.explore import explore
 
     return {"n_explorations": explore(ctx.store, ctx.cfg, ctx.run_id, ctx.round)}
 
 
 def _abstract(ctx: RoundContext) -> dict:
+    if _feedback_off(ctx):
+        return {"n_candidates": 0}
     from coevolve.abstract import abstract
 
     return {"n_candidates": abstract(ctx.store, ctx.cfg, ctx.run_id, ctx.round)}
 
 
 def _validate(ctx: RoundContext) -> dict:
+    if _feedback_off(ctx):
+        return {"candidates": 0, "accepted": 0, "pass_rate": None}
     from coevolve.validate import summarize_candidates, validate
 
     table = validate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, ctx.policy_out())

@@ -14,6 +14,7 @@ Grain of each table:
 - ``explorations``  one step of one exploration run
 - ``candidates``    one abstracted task and its validation verdict
 - ``rounds``        the metrics of one round (stage timings, rates, counts)
+- ``ablations``     one round of one run (condition x seed) of an ablation (``coevolve ablate``)
 """
 
 from __future__ import annotations
@@ -155,6 +156,24 @@ ROUNDS = pa.schema(
     ]
 )
 
+ABLATIONS = pa.schema(
+    [
+        ("run_id", pa.string()),  # <condition>-s<seed>
+        ("condition", pa.string()),  # zero-shot | static | random | signal-guided
+        ("seed", pa.int32()),
+        ("store", pa.string()),  # the run's own store (its pool lineage, rollouts, signals, ...)
+        ("eval_score", pa.float64()),  # held-out success rate after the round (round 0: the base policy)
+        ("eval_reward", pa.float64()),
+        ("pool_size", pa.int32()),
+        ("n_accepted", pa.int32()),
+        ("pass_rate", pa.float64()),
+        ("n_signals", pa.int32()),
+        ("t_total", pa.float64()),  # seconds of the round's stages
+        ("t_feedback", pa.float64()),  # seconds of signals + explore + abstract + validate
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "tasks": TASKS,
     "pool_versions": POOL_VERSIONS,
@@ -163,6 +182,7 @@ TABLES: dict[str, pa.Schema] = {
     "explorations": EXPLORATIONS,
     "candidates": CANDIDATES,
     "rounds": ROUNDS,
+    "ablations": ABLATIONS,
 }
 
 

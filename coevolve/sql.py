@@ -6,20 +6,24 @@
 S3 is read through the store's own pyarrow filesystem registered with DuckDB (httpfs
 cannot be downloaded offline), so the same credentials and endpoint apply everywhere.
 SQL files that take values use DuckDB named parameters (``$run_id``); ``run_sql_file``
-runs one of them.
+runs one of them. For notebooks, ``query(store, sql)`` returns a polars DataFrame and
+``scan(store, table)`` a polars LazyFrame over one table.
 """
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 
 from coevolve.schemas import TABLES
 from coevolve.store import Store
+
+if TYPE_CHECKING:
+    import polars as pl
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 
@@ -67,3 +71,43 @@ def run_sql_file(con: duckdb.DuckDBPyConnection, relpath: str, **params: Any) ->
     """Run ``sql/<relpath>`` with named parameters, e.g. ``run_sql_file(con, "signals/rare.sql", round=1)``."""
     text = (SQL_DIR / relpath).read_text()
     return con.execute(text, params)
+
+
+# ----------------------------------------------------------------------------- polars
+def query(store: Store | duckdb.DuckDBPyConnection, sql: str, **params: Any) -> "pl.DataFrame":
+    """Run ``sql`` over the store's views (named parameters as ``$name``); a polars DataFrame.
+
+        query(store, "select round, avg(eval_score) s from rounds group by round order by round")
+    """
+    con = connect(store) if isinstance(store, Store) else store
+    return con.sql(sql, params=params or None).pl()
+
+
+def query_file(store: Store | duckdb.DuckDBPyConnection, relpath: str, **params: Any) -> "pl.DataFrame":
+    """``query`` with the text of ``sql/<relpath>``."""
+    return query(store, (SQL_DIR / relpath).read_text(), **params)
+
+
+def scan(store: Store, table: str) -> "pl.LazyFrame":
+    """A polars LazyFrame over one table of the store (local or S3), ``round`` included."""
+    import polars as pl
+
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+    if not _has_files(store, table):
+        return pl.from_arrow(TABLES[table].append(pa.field("round", pa.int32())).empty_table()).lazy()
+    options = None
+    if store.is_s3:
+        import os
+
+        options = {k: v for k, v in {
+            "aws_endpoint_url": store.s3_settings.get("endpoint_url"),
+            "aws_region": store.s3_settings.get("region"),
+            "aws_access_key_id": os.environ.get("AWS_ACCESS_KEY_ID"),
+            "aws_secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY"),
+            "aws_session_token": os.environ.get("AWS_SESSION_TOKEN"),
+        }.items() if v}
+    return pl.scan_parquet(
+        f"{store.table_uri(table)}/**/*.parquet", hive_partitioning=True,
+        hive_schema={"round": pl.Int32}, storage_options=options, missing_columns="insert",
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from coevolve.config import RunConfig, load_config
 from coevolve.round import STAGES, open_run_store, record_round, run_stage, seed_pool
@@ -47,7 +47,27 @@ def round_flow(config: dict[str, Any], round: int) -> dict:
     """train -> signals -> explore -> abstract -> validate -> commit -> evaluate."""
     for stage in STAGES:
         stage_task.with_options(name=stage, retries=_RETRIES.get(stage, 1))(config, round, stage)
-    return record_task(config, round)
+    row = record_task(config, round)
+    publish_round_task(config, round)
+    return row
+
+
+@task(name="publish-round")
+def publish_round_task(config: dict[str, Any], round: int) -> None:
+    """The round's Markdown artifact: its metrics and the run's report pictures so far.
+    A picture that cannot be drawn is logged, never fails the round."""
+    import re
+
+    from coevolve.report import round_markdown
+
+    cfg = RunConfig.from_dict(config)
+    try:
+        markdown = round_markdown(open_run_store(cfg), cfg.run_name, round)
+    except Exception as exc:  # the artifact is a view; the round's data is already committed
+        get_run_logger().warning("round %d: no report artifact: %s", round, exc)
+        return
+    key = re.sub(r"[^a-z0-9-]+", "-", f"coevolve-{cfg.run_name}-round-{round}".lower()).strip("-")
+    create_markdown_artifact(key=key[:100], markdown=markdown, description=f"coevolve {cfg.run_name}: round {round}")
 
 
 @flow(name="coevolve-evolve", log_prints=True)

@@ -1,0 +1,25 @@
+-- summary: held-out score of an ablation, mean and spread over seeds.
+-- Grain: one row per (condition, round); round 0 is the base policy (zero-shot).
+-- Parameters: none (reads the `ablations` view).
+-- Columns: condition, round, seeds (runs that finished the round), mean, std (sample std, null for one seed),
+--          min, max, mean_reward.
+with ablations as (
+    select condition, round, seed, eval_score, eval_reward from ablations
+),
+
+final as (
+    select
+        condition,
+        round,
+        count(distinct seed) as seeds,
+        avg(eval_score) as mean,
+        stddev_samp(eval_score) as std,
+        min(eval_score) as min,
+        max(eval_score) as max,
+        avg(eval_reward) as mean_reward
+    from ablations
+    group by condition, round
+)
+
+select * from final
+order by condition, round
