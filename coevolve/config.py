@@ -302,7 +302,10 @@ class EvalConfig:
         BFCL_STEP_LIMIT,
     )
     max_new_tokens: int = _help(
-        "Generation budget per assistant message at evaluation (policy.max_new_tokens is the training one).", 256
+        "Generation budget per assistant message at evaluation (policy.max_new_tokens is the training one). "
+        "128 holds a message of two or three Hermes tool calls and bounds the prose of a small model "
+        "that answers without calling (on a 2-core CPU every evaluated token counts).",
+        128,
     )
     temperature: float = _help("Sampling temperature at evaluation (0 = greedy).", 0.0)
 
