@@ -40,7 +40,6 @@ class EnvConfig:
     )
     train_ids: list[str] = _help("Explicit seed task ids (overrides categories/train_limit).", factory=list)
     train_limit: int = _help("Number of seed tasks in the initial pool.", 8)
-    heldout_limit: int = _help("Number of held-out tasks evaluated each round.", 4)
     max_turns: int = _help(
         "Keep only the first N turns of each seed task (0 = all). BFCL scores every turn on its own "
         "state and responses, so a prefix is still a faithfully scored task; on a CPU it bounds episode length.",
@@ -54,12 +53,16 @@ class EnvConfig:
         "tool docs).",
         40,
     )
-    step_limit: int = _help("Maximum model messages per turn before the turn is cut.", 2)
+    step_limit: int = _help(
+        "Maximum model messages per turn before the turn is cut, in training-side rollouts "
+        "(evaluation follows eval.step_limit).",
+        2,
+    )
     step_timeout_s: float = _help("Wall-clock limit of one environment step, seconds.", 5.0)
 
     def validate(self) -> None:
-        if self.train_limit < 1 or self.heldout_limit < 0:
-            raise ConfigError("env.train_limit must be >= 1 and env.heldout_limit >= 0")
+        if self.train_limit < 1:
+            raise ConfigError("env.train_limit must be >= 1")
         if self.step_limit < 1:
             raise ConfigError("env.step_limit must be >= 1")
         spec = self.heldout_scenarios
@@ -300,10 +303,43 @@ class ValidateConfig:
                 raise ConfigError(f"validate.blocked_arguments: {rule!r} must look like 'function.argument~regex'")
 
 
+# BFCL's limit of model messages per user turn (bfcl_eval.constants.default_prompts.MAXIMUM_STEP_LIMIT).
+BFCL_STEP_LIMIT = 20
+
+
 @dataclass
 class EvalConfig:
-    categories: list[str] = _help("Held-out categories evaluated each round.", factory=lambda: ["multi_turn_base"])
+    scenarios: int = _help(
+        "Held-out scenarios evaluated each round (0 = every held-out scenario), drawn from "
+        "env.heldout_scenarios with the run seed; each is evaluated in every category of eval.categories.",
+        4,
+    )
+    categories: list[str] = _help(
+        "Benchmark categories evaluated (BFCL-V3: the four multi-turn categories).",
+        factory=lambda: ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"],
+    )
+    step_limit: int = _help(
+        "Model messages per user turn at evaluation before the turn is cut (BFCL's protocol: 20). "
+        "Every turn of an entry is run; env.step_limit applies to training only.",
+        BFCL_STEP_LIMIT,
+    )
+    max_new_tokens: int = _help(
+        "Generation budget per assistant message at evaluation (policy.max_new_tokens is the training one). "
+        "128 holds a message of two or three Hermes tool calls and bounds the prose of a small model "
+        "that answers without calling (on a 2-core CPU every evaluated token counts).",
+        128,
+    )
     temperature: float = _help("Sampling temperature at evaluation (0 = greedy).", 0.0)
+
+    def validate(self) -> None:
+        if self.scenarios < 0:
+            raise ConfigError("eval.scenarios must be >= 0 (0 = every held-out scenario)")
+        if not self.categories:
+            raise ConfigError("eval.categories must name at least one category")
+        if self.step_limit < 1 or self.max_new_tokens < 1:
+            raise ConfigError("eval.step_limit and eval.max_new_tokens must be >= 1")
+        if self.temperature < 0:
+            raise ConfigError("eval.temperature must be >= 0 (0 = greedy)")
 
 
 @dataclass
@@ -352,6 +388,13 @@ class RunConfig:
             sub = getattr(self, f.name)
             if dataclasses.is_dataclass(sub) and hasattr(sub, "validate"):
                 sub.validate()
+        held = self.env.heldout_scenarios
+        n_held = held if isinstance(held, int) else len(set(held))
+        if self.eval.scenarios > n_held:
+            raise ConfigError(
+                f"eval.scenarios ({self.eval.scenarios}) exceeds the {n_held} held-out scenarios: "
+                "lower eval.scenarios (0 = all held out) or raise env.heldout_scenarios"
+            )
         return self
 
     def to_dict(self) -> dict[str, Any]:

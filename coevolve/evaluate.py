@@ -1,13 +1,22 @@
 """Evaluation: run a policy on held-out tasks, log the rollouts, report accuracy per category.
 
+    tasks = eval_tasks(cfg)                            # held-out entries only, from the environment
     result = evaluate(store, cfg, run_id, round, policy, tasks)
     result.score          # episodes that succeed as the benchmark scores them, over all tasks
-    result.reward         # mean partial reward (fraction of turns passed)
+    result.overall        # BFCL's overall accuracy: the mean of the per-category accuracies
+    result.reward         # mean training reward (coevolve.reward), for reference
     result.per_category   # {"multi_turn_base": {"n", "correct", "accuracy", "reward"}, ...}
 
-Episodes run through the rollout engine with ``phase="eval"`` (one sample per task, the
-evaluation temperature); their step rows are written to part ``<run_id>-eval`` of table
-``rollouts`` in partition ``round``, replacing an earlier evaluation of the same round.
+What is evaluated: ``eval.scenarios`` of the held-out scenarios (``env.heldout_scenarios``,
+drawn with the run seed; 0 = all of them) in every category of ``eval.categories``, loaded
+from the environment (held-out tasks never live in the ``tasks`` table). How, following
+BFCL's protocol: every turn of every entry, up to ``eval.step_limit`` model messages per turn
+(BFCL: 20), ``eval.max_new_tokens`` per message, ``eval.temperature`` (greedy by default),
+scored by the environment's checker; an entry counts as correct when it succeeds.
+
+Episodes run through the rollout engine with ``phase="eval"`` (one sample per task); their
+step rows are written to part ``<run_id>-eval`` of table ``rollouts`` in partition ``round``,
+replacing an earlier evaluation of the same round.
 """
 
 from __future__ import annotations
@@ -27,19 +36,55 @@ from coevolve.tasks import Task
 @dataclass
 class EvalResult:
     score: float  # success rate over all episodes, in [0, 1]
-    reward: float  # mean partial reward over all episodes, in [0, 1]
+    reward: float  # mean training reward over all episodes, in [0, 1]
     per_category: dict[str, dict[str, Any]] = field(default_factory=dict)  # n, correct, accuracy, reward
     n_episodes: int = 0
     n_rows: int = 0  # rollouts rows written
     seconds: float = 0.0
     failures: dict[str, str] = field(default_factory=dict)  # task_id -> first failing check
 
+    @property
+    def overall(self) -> float:
+        """BFCL's overall accuracy: the unweighted mean of the per-category accuracies."""
+        return overall_accuracy(self.per_category)
 
-def eval_tasks(cfg: RunConfig, env: Any = None) -> list[Task]:
-    """The held-out tasks ``cfg`` selects when the caller has none: ``cfg.eval.categories``,
-    at most ``cfg.env.heldout_limit`` per category."""
+
+def overall_accuracy(per_category: dict[str, dict[str, Any]]) -> float:
+    """Mean of the categories' accuracies, as BFCL's leaderboard averages multi-turn categories."""
+    return sum(r["accuracy"] for r in per_category.values()) / len(per_category) if per_category else 0.0
+
+
+def eval_tasks(
+    cfg: RunConfig,
+    env: Any = None,
+    *,
+    scenarios: int | None = None,
+    categories: list[str] | None = None,
+    limit: int | None = None,
+) -> list[Task]:
+    """The held-out tasks to evaluate, by category then scenario.
+
+    ``scenarios`` held-out scenarios (default ``cfg.eval.scenarios``; 0 = all; all when only
+    ``limit`` is given) in each of ``categories`` (default ``cfg.eval.categories``), drawn with
+    ``cfg.seed`` from ``cfg.env.heldout_scenarios``; ``limit`` keeps the first N per category.
+    Raises ``ValueError`` when nothing is held out and ``TypeError`` for an environment
+    without held-out tasks (one that has no ``heldout_tasks`` method).
+    """
     env = env or resolve("environment", cfg.env.name)()
-    return [t for c in cfg.eval.categories for t in env.load_tasks(categories=[c], limit=cfg.env.heldout_limit)]
+    if not hasattr(env, "heldout_tasks"):
+        raise TypeError(f"environment {cfg.env.name!r} has no held-out tasks (it needs a heldout_tasks method)")
+    if scenarios is None:
+        scenarios = 0 if limit is not None else cfg.eval.scenarios
+    categories = list(categories or cfg.eval.categories)
+    tasks = env.heldout_tasks(cfg.env.heldout_scenarios, cfg.seed, scenarios, categories)
+    if not tasks:
+        raise ValueError("no held-out tasks to evaluate: env.heldout_scenarios holds nothing out")
+    if limit is not None:
+        by_cat: dict[str, list[Task]] = {}
+        for t in tasks:
+            by_cat.setdefault(t.category, []).append(t)
+        tasks = [t for c in categories for t in by_cat.get(c, [])[:limit]]
+    return tasks
 
 
 def summarize(tasks: list[Task], scores: dict[str, Any]) -> tuple[float, float, dict[str, dict[str, Any]]]:
@@ -105,10 +150,10 @@ def evaluate(
         sampling=SamplingParams(
             temperature=cfg.eval.temperature,
             top_p=cfg.policy.top_p if cfg.eval.temperature > 0 else 1.0,
-            max_new_tokens=cfg.policy.max_new_tokens,
+            max_new_tokens=cfg.eval.max_new_tokens,
             seed=cfg.seed,
         ),
-        step_limit=cfg.env.step_limit,
+        step_limit=cfg.eval.step_limit,
         phase="eval",
         run_id=run_id,
         round=round,

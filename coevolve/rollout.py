@@ -19,7 +19,9 @@ parse error is one step whose error text is shown to the agent as the observatio
 answer is the turn's last step. ``meta["step"]`` given to the policy is the index of the
 model message within the turn.
 
-Rewards: every row of an episode carries the episode's ``episode_reward`` and ``success``;
+Rewards: every row of an episode carries the episode's ``episode_reward`` (the training reward of
+``coevolve.reward``, with unparseable messages counted as malformed calls), its parts
+``reward_progress`` / ``reward_format``, and ``success``;
 ``step_reward`` is 0 except on the last row of each turn, which carries ``1 / n_turns`` when
 the benchmark passed that turn, so step rewards sum to the fraction of turns passed.
 
@@ -43,6 +45,7 @@ from coevolve.envs.base import Environment, Episode, EpisodeScore, Observation, 
 from coevolve.policy.base import Generation, Message, Policy, Request, SamplingParams, open_stream
 from coevolve.policy.parsing import parse_tool_calls
 from coevolve.policy.prompts import SYSTEM_PROMPT
+from coevolve.reward import with_parse_errors
 from coevolve.tasks import Task
 
 
@@ -196,11 +199,13 @@ class _Engine:
                 run.score = run.ep.score()
             except Exception as exc:
                 run.score = EpisodeScore(success=False, reward=0.0, reason=f"scoring raised {type(exc).__name__}: {exc}")
-        score = run.score
+        # messages that could not be parsed never reached the environment: count them as malformed calls
+        score = run.score = with_parse_errors(run.score, sum(1 for row in run.rows if row["parse_error"]))
         n_turns = max(1, getattr(run.ep, "n_turns", 1) or 1)
         last_of_turn = {row["turn"]: i for i, row in enumerate(run.rows)}
         for row in run.rows:
             row["episode_reward"], row["success"] = float(score.reward), bool(score.success)
+            row["reward_progress"], row["reward_format"] = score.progress, score.format
         if score.turn_passed:
             for turn, i in last_of_turn.items():
                 if turn < len(score.turn_passed) and score.turn_passed[turn]:

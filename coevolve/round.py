@@ -86,7 +86,8 @@ def seed_pool(store: Store, cfg: RunConfig) -> dict:
     """Commit pool version 1 from the environment's tasks, unless the store has a pool.
 
     The first ``train_limit`` tasks of the configured categories (or ``train_ids``) form
-    the training split; the next ``heldout_limit`` are held out for evaluation.
+    the training split. Held-out tasks are not in the pool: evaluation loads them from the
+    environment (``coevolve.evaluate.eval_tasks``).
     """
     latest = store.latest_pool()
     if latest is not None:
@@ -94,7 +95,6 @@ def seed_pool(store: Store, cfg: RunConfig) -> dict:
     env = environment(cfg)
     if cfg.env.train_ids:
         train = env.load_tasks(ids=cfg.env.train_ids)
-        heldout = [t for t in env.load_tasks(categories=cfg.env.categories) if t.task_id not in set(cfg.env.train_ids)]
     else:
         pool = env.load_tasks(categories=cfg.env.categories)
         # interleave categories so small subsets still cover every category
@@ -103,10 +103,8 @@ def seed_pool(store: Store, cfg: RunConfig) -> dict:
             by_cat.setdefault(t.category, []).append(t)
         mixed = [t for group in zip(*by_cat.values()) for t in group]
         train = mixed[: cfg.env.train_limit]
-        heldout = mixed[cfg.env.train_limit :]
-    heldout = [t for t in heldout if t.category in set(cfg.eval.categories)][: cfg.env.heldout_limit]
     rows = []
-    for split, tasks in (("train", train), ("heldout", heldout)):
+    for split, tasks in (("train", train),):
         for t in tasks:
             t.split, t.origin, t.created_round, t.run_id = split, "seed", 0, cfg.run_name
             if cfg.env.max_turns:
@@ -114,7 +112,7 @@ def seed_pool(store: Store, cfg: RunConfig) -> dict:
                 t.reference_actions = t.reference_actions[: cfg.env.max_turns]
             rows.append(t.to_row())
     version = store.commit_pool(run_id=cfg.run_name, round=0, new_tasks=rows, expected_parent=None)
-    return {"version": version.version, "size": len(train), "heldout": len(heldout)}
+    return {"version": version.version, "size": len(train)}
 
 
 def pool_tasks(store: Store, split: str) -> list[Task]:
@@ -203,9 +201,11 @@ def _evaluate(ctx: RoundContext) -> dict:
     from coevolve.evaluate import evaluate
     from coevolve.policy import load_policy
 
+    # held-out entries come from the environment (eval_tasks), never from the pool
     policy = load_policy(ctx.cfg.policy, ctx.policy_out())
-    result = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy, pool_tasks(ctx.store, "heldout"))
-    return {"eval_score": result.score, "eval_reward": result.reward, "per_category": result.per_category}
+    result = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy)
+    return {"eval_score": result.score, "eval_overall": result.overall, "eval_reward": result.reward,
+            "n_eval": result.n_episodes, "per_category": result.per_category}
 
 
 _STAGE_FUNCS: dict[str, Callable[[RoundContext], dict]] = {

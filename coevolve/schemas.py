@@ -70,11 +70,13 @@ ROLLOUTS = pa.schema(
         ("parse_error", pa.string()),  # null unless the model output could not be parsed
         ("error", pa.string()),  # null unless the call failed in the environment
         ("step_reward", pa.float64()),
-        ("episode_reward", pa.float64()),  # partial reward of the whole episode (fraction of turns passed)
+        ("episode_reward", pa.float64()),  # training reward of the whole episode (coevolve.reward)
         ("success", pa.bool_()),  # episode success as the benchmark scores it
         ("n_tokens", pa.int32()),  # generated tokens of this step
         ("policy_version", pa.string()),
         ("finish_reason", pa.string()),  # null | step_limit | time_limit | context_limit | error
+        ("reward_progress", pa.float64()),  # reward part: reference effects reproduced (null if the env has no parts)
+        ("reward_format", pa.float64()),  # reward part: share of well-formed calls (null if the env has no parts)
     ]
 )
 

@@ -99,7 +99,9 @@ def test_partial_reward_counts_turns(env):
     calls[-1] = []  # skip the last turn
     _, score = replay(env, task, calls)
     assert not score.success and score.turn_passed == [True, True, True, False]
-    assert score.reward == 0.75 and "empty_turn_model_response" in score.reason
+    # the skipped turn reproduced none of its reference: progress 3/4, plus the format bonus
+    assert score.progress == 0.75 and score.format == 1.0 and "empty_turn_model_response" in score.reason
+    assert score.reward == pytest.approx(0.75 + 0.1)
 
 
 def test_turn_without_reference_calls(env):

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from coevolve.config import RunConfig
 from coevolve.envs.bfcl import BfclEnvironment
+from coevolve.envs.bfcl_data import heldout_scenarios, scenario_of
 from coevolve.evaluate import eval_tasks, evaluate, replay_reference
 from coevolve.policy.base import Generation
 from coevolve.policy.replay import ReplayPolicy
@@ -58,10 +59,62 @@ def test_evaluate_replays_ground_truth_and_writes_rollouts(env, few, tmp_path):
 
 def test_eval_tasks_follow_config(env):
     cfg = RunConfig()
+    cfg.env.heldout_scenarios = [11, 3, 7]
     cfg.eval.categories = ["multi_turn_miss_param", "multi_turn_base"]
-    cfg.env.heldout_limit = 2
-    assert [t.task_id for t in eval_tasks(cfg, env)] == [
-        "multi_turn_miss_param_0", "multi_turn_miss_param_1", "multi_turn_base_0", "multi_turn_base_1"]
+    cfg.eval.scenarios = 2
+    tasks = eval_tasks(cfg, env)
+    picked = sorted({int(t.task_id.rsplit("_", 1)[1]) for t in tasks})
+    assert len(picked) == 2 and set(picked) <= {3, 7, 11}
+    assert [t.task_id for t in tasks] == [f"{c}_{i}" for c in cfg.eval.categories for i in picked]
+    assert [t.task_id for t in eval_tasks(cfg, env)] == [t.task_id for t in tasks]  # deterministic
+    assert all(t.turns and t.reference_actions for t in tasks)  # full entries, every turn
+    assert len(eval_tasks(cfg, env, scenarios=0)) == 6
+    assert [t.task_id for t in eval_tasks(cfg, env, limit=1)] == ["multi_turn_miss_param_3", "multi_turn_base_3"]
+    assert eval_tasks(RunConfig(), env) == eval_tasks(RunConfig(), env)
+    default = eval_tasks(RunConfig(), env)  # the embedded default: 4 held-out scenarios x 4 categories
+    assert len(default) == 16 and {t.category for t in default} == set(env.categories)
+    cfg.env.heldout_scenarios = 0
+    with pytest.raises(ValueError, match="holds nothing out"):
+        eval_tasks(cfg, env, scenarios=0)
+
+
+class Recorder:
+    """Calls ``ls`` forever and records the budgets it is asked to generate under."""
+
+    name = version = "recorder"
+
+    def __init__(self):
+        self.budgets: set[int] = set()
+        self.steps: dict[tuple[str, int], int] = {}
+
+    def chat(self, conversations, tools, sampling, meta=None):
+        self.budgets.add(sampling.max_new_tokens)
+        for m in meta:
+            key = (m["task_id"], m["turn"])
+            self.steps[key] = max(self.steps.get(key, 0), m["step"] + 1)
+        return [Generation(text='<tool_call>{"name": "ls", "arguments": {}}</tool_call>', prompt_tokens=0,
+                           completion_tokens=1) for _ in conversations]
+
+
+def test_eval_protocol_runs_every_turn_under_its_own_budget(env):
+    cfg = RunConfig()
+    cfg.env.heldout_scenarios, cfg.eval.scenarios = [5], 1
+    cfg.eval.categories = ["multi_turn_base", "multi_turn_miss_func"]
+    cfg.eval.step_limit, cfg.eval.max_new_tokens = 3, 77
+    cfg.env.step_limit, cfg.policy.max_new_tokens = 1, 11  # training budgets: must not apply
+    cfg.env.max_turns = 1  # a training-side cut: must not apply either
+    policy = Recorder()
+    result = evaluate(None, cfg, "p", 0, policy, env=env)
+    tasks = eval_tasks(cfg, env)
+    assert result.n_episodes == 2 and [t.task_id for t in tasks] == ["multi_turn_base_5", "multi_turn_miss_func_5"]
+    assert policy.budgets == {77}
+    for t in tasks:  # every turn of every entry ran, each cut at exactly eval.step_limit messages
+        assert sorted(turn for task_id, turn in policy.steps if task_id == t.task_id) == list(range(len(t.turns)))
+        assert all(policy.steps[(t.task_id, turn)] == 3 for turn in range(len(t.turns)))
+    defaults = RunConfig().eval
+    from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
+
+    assert defaults.step_limit == MAXIMUM_STEP_LIMIT == 20 and defaults.temperature == 0.0
 
 
 class DropLastTurn(ReplayPolicy):
@@ -183,6 +236,15 @@ def test_cli_eval_replay_ground_truth(tmp_path):
                                    "--store", str(store)])
     assert res.exit_code == 0, res.output
     assert "multi_turn_base" in res.output and "multi_turn_miss_func" in res.output and "4/4" in res.output
-    assert Store(str(store)).read("rollouts").num_rows > 0
+    assert "BFCL overall accuracy" in res.output
+    held = heldout_scenarios(RunConfig().env.heldout_scenarios, RunConfig().seed)
+    ids = {r["task_id"] for r in Store(str(store)).read("rollouts").to_pylist()}
+    assert len(ids) == 4 and all(scenario_of(i) in held for i in ids)
     bad = CliRunner().invoke(app, ["eval", "--ids", "multi_turn_base_999999", "--no-store", "--replay-ground-truth"])
     assert bad.exit_code != 0 and "unknown" in bad.output
+    train_id = f"multi_turn_base_{min(set(range(200)) - held)}"
+    for args in (["--ids", train_id, "--replay-ground-truth"], ["--all", "--limit", "1", "--model", "tiny"]):
+        refused = CliRunner().invoke(app, ["eval", "--no-store", *args])
+        assert refused.exit_code != 0 and ("not held-out" in refused.output or "--all" in refused.output), refused.output
+    everything = CliRunner().invoke(app, ["eval", "--all", "--replay-ground-truth", "--ids", train_id, "--no-store"])
+    assert everything.exit_code == 0 and "1/1" in everything.output, everything.output

@@ -1,10 +1,16 @@
-"""``coevolve eval`` (accuracy of a policy per benchmark category) and ``coevolve bench env``.
+"""``coevolve eval`` (BFCL accuracy of a policy per category, on held-out entries) and ``coevolve bench env``.
 
-    coevolve eval --env bfcl-v3 --replay-ground-truth           # env + scorer faithfulness: 200/200 x4
-    coevolve eval --category multi_turn_base --limit 20 --model smollm2
-    coevolve eval --ids multi_turn_base_3 --ids multi_turn_miss_func_7 --config run.yaml
-    coevolve bench env                                          # time to replay + score all 800 entries
+    coevolve eval --policy .coevolve/checkpoints/default/round-2    # a checkpoint dir, or a model name
+    coevolve eval --limit 4                                         # first 4 held-out entries per category
+    coevolve eval --scenarios 0 --category multi_turn_base          # every held-out scenario, one category
+    coevolve eval --env bfcl-v3 --replay-ground-truth --all         # env + scorer faithfulness: 200/200 x4
+    coevolve bench env                                              # time to replay + score all 800 entries
 
+A policy is only ever evaluated on held-out entries (``env.heldout_scenarios`` of the config,
+drawn with its seed): ``--scenarios`` / ``--limit`` / ``--category`` choose among them, and
+``--ids`` must name held-out entries. ``--all`` (every entry of the benchmark) is for
+``--replay-ground-truth`` only, which runs no model. The protocol is the config's ``eval``
+section (BFCL's: every turn, 20 model messages per turn, greedy).
 Rollouts go to table ``rollouts`` (phase=eval) of the store (``--store``, else the config's).
 """
 
@@ -20,7 +26,7 @@ from coevolve.cli.common import console, fail, load_config_or_fail
 
 
 def _select(env, categories: list[str], ids: list[str], limit: Optional[int]):
-    """Tasks by ids, or the first ``limit`` of each category (all categories by default)."""
+    """Every entry: tasks by ids, or the first ``limit`` of each category (all categories by default)."""
     try:
         if ids:
             return env.load_tasks(ids=ids)
@@ -30,11 +36,31 @@ def _select(env, categories: list[str], ids: list[str], limit: Optional[int]):
         fail(str(exc.args[0]))
 
 
+def _select_heldout(cfg, env, categories: list[str], ids: list[str], limit: Optional[int], scenarios: Optional[int]):
+    """Held-out entries only: ``ids`` (each must be held out) or ``eval_tasks`` of the config."""
+    from coevolve.evaluate import eval_tasks
+
+    try:
+        if ids:
+            allowed = {t.task_id for t in eval_tasks(cfg, env, scenarios=0, categories=list(env.categories))}
+            outside = [i for i in ids if i not in allowed]
+            tasks = env.load_tasks(ids=ids)  # unknown ids fail here first
+            if outside:
+                fail(f"not held-out entries (env.heldout_scenarios): {', '.join(outside[:5])}; "
+                     "only --replay-ground-truth may run other entries")
+            return tasks
+        return eval_tasks(cfg, env, scenarios=scenarios, categories=categories or None, limit=limit)
+    except (KeyError, ValueError, TypeError) as exc:
+        fail(str(exc.args[0]))
+
+
 def _table(title: str, per_category: dict, seconds: float):
     from rich.table import Table
 
+    from coevolve.evaluate import overall_accuracy
+
     table = Table(title=title)
-    for col in ("category", "correct", "accuracy", "partial reward"):
+    for col in ("category", "correct", "accuracy", "train reward"):
         table.add_column(col, justify="left" if col == "category" else "right")
     n = correct = reward = 0.0
     for cat, row in per_category.items():
@@ -42,7 +68,8 @@ def _table(title: str, per_category: dict, seconds: float):
         n, correct, reward = n + row["n"], correct + row["correct"], reward + row["reward"] * row["n"]
     if n:
         table.add_row("all", f"{int(correct)}/{int(n)}", f"{100 * correct / n:.1f}%", f"{reward / n:.3f}", style="bold")
-    table.caption = f"{int(n)} episodes in {seconds:.2f}s"
+    table.caption = (f"BFCL overall accuracy (mean over categories): {100 * overall_accuracy(per_category):.1f}%; "
+                     f"{int(n)} episodes in {seconds:.2f}s")
     return table
 
 
@@ -50,19 +77,27 @@ def _table(title: str, per_category: dict, seconds: float):
 def eval_command(
     env_name: str = typer.Option("bfcl-v3", "--env", help="Environment plug-in."),
     category: list[str] = typer.Option([], "--category", help="Category to evaluate (repeatable; default all)."),
-    ids: list[str] = typer.Option([], "--ids", help="Exact task ids (repeatable; overrides --category/--limit)."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="First N tasks of each category."),
+    ids: list[str] = typer.Option([], "--ids", help="Exact held-out task ids (repeatable; overrides --category/--limit)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="First N held-out entries of each category."),
+    scenarios: Optional[int] = typer.Option(
+        None, "--scenarios", help="Held-out scenarios evaluated in each category (0 = all; default eval.scenarios)."
+    ),
+    all_entries: bool = typer.Option(
+        False, "--all", help="Every entry of the benchmark, training scenarios included (--replay-ground-truth only)."
+    ),
     replay_ground_truth: bool = typer.Option(
         False, "--replay-ground-truth", help="Replay the reference calls instead of a model (checks env + scorer)."
     ),
     store: Optional[str] = typer.Option(None, "--store", help="Store URI (default: the config's)."),
     config: Optional[str] = typer.Option(None, "--config", help="Run config YAML."),
-    model: Optional[str] = typer.Option(None, "--model", help="Policy model (overrides policy.model)."),
+    model: Optional[str] = typer.Option(
+        None, "--policy", "--model", help="Checkpoint directory or model name to evaluate (overrides policy.model)."
+    ),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="run_id of the rollouts rows (default: run_name)."),
     round_: int = typer.Option(0, "--round", help="Partition the rollouts rows are written to."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not write rollouts."),
 ) -> None:
-    """Evaluate a policy (or the ground truth) and print accuracy per category in BFCL's terms."""
+    """Evaluate a policy (or the ground truth) on held-out entries; print BFCL accuracy per category."""
     from coevolve.evaluate import evaluate
     from coevolve.registry import resolve
     from coevolve.store import Store, StoreError
@@ -72,7 +107,12 @@ def eval_command(
         env = resolve("environment", cfg.env.name)()
     except KeyError as exc:
         fail(str(exc.args[0]))
-    tasks = _select(env, category, ids, limit)
+    if all_entries and not replay_ground_truth:
+        fail("--all runs training scenarios too: it is allowed with --replay-ground-truth only")
+    if all_entries:
+        tasks = _select(env, category, ids, limit)
+    else:
+        tasks = _select_heldout(cfg, env, category, ids, limit, scenarios)
     if not tasks:
         fail("no tasks selected")
     if replay_ground_truth:

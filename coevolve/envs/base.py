@@ -11,7 +11,10 @@ the benchmark's own checker at the end.
         schemas = ep.tools(turn)               # OpenAI-style function schemas available now
         obs = ep.step(ToolCall("cd", {"folder": "document"}))
         ep.end_turn()
-    score = ep.score()                         # EpisodeScore(success, reward, turn_passed, reason)
+    score = ep.score()                         # EpisodeScore(success, reward, turn_passed, reason, ...)
+
+``success`` is the benchmark's verdict (what evaluation reports); ``reward`` is the training
+reward, defined in ``coevolve.reward`` from its parts ``progress`` and ``format``.
 """
 
 from __future__ import annotations
@@ -37,9 +40,14 @@ class Observation:
 @dataclass
 class EpisodeScore:
     success: bool  # as the benchmark scores the episode
-    reward: float  # partial reward: fraction of turns passed, in [0, 1]
+    reward: float  # training reward in [0, 1] (coevolve.reward.training_reward of the parts below)
     turn_passed: list[bool] = field(default_factory=list)
     reason: str = ""  # why it failed (first failing check), "" on success
+    # Parts of the reward (coevolve.reward); None where an environment scores only `reward`.
+    progress: float | None = None  # per-turn pass or reproduced share of the reference, x0.5 if failed
+    format: float | None = None  # share of well-formed call attempts
+    n_calls: int = 0  # call attempts seen (the engine adds unparseable messages)
+    n_malformed: int = 0  # attempts that were not well formed
 
 
 class Episode(Protocol):
@@ -68,3 +76,7 @@ class Environment(Protocol):
     ) -> list[Task]: ...
 
     def episode(self, task: Task) -> Episode: ...
+
+    # Benchmark environments also offer their held-out evaluation tasks (coevolve.evaluate.eval_tasks):
+    #   def heldout_tasks(self, heldout: int | list[int], seed: int, scenarios: int = 0,
+    #                     categories: list[str] | None = None) -> list[Task]

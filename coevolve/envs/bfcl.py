@@ -7,7 +7,7 @@
         ep.user_message(turn); ep.tools(turn)
         ep.step(ToolCall("cd", {"folder": "document"}))
         ep.end_turn()
-    ep.score()   # EpisodeScore(success, reward, turn_passed, reason)
+    ep.score()   # EpisodeScore(success, reward, turn_passed, reason, progress, format, ...)
 
 Each episode owns two sets of backend instances built from the task's initial state: the
 agent's (driven by ``step``) and the reference's (driven by the task's reference calls, one
@@ -22,7 +22,11 @@ unordered sub-multiset of all agent results so far). Success is every turn passi
 scores it. BFCL does not check turns whose reference is empty (it ships an irrelevance checker
 but its runner has it disabled), so they never fail an episode; for the partial reward such a
 turn passes only if the agent made no call in it (BFCL's irrelevance rule), which is the
-behaviour miss_param / miss_func turns ask for. reward = fraction of turns passed.
+behaviour miss_param / miss_func turns ask for.
+
+The training reward (``coevolve.reward``) adds partial credit: per failed turn, the share of
+its reference calls the agent's calls of that turn reproduced (same function, same arguments
+with the method's defaults filled in); and the share of well-formed call attempts.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import mpmath
 
 # bfcl_data first: it points BFCL_PROJECT_ROOT away from site-packages before bfcl_eval loads.
 from coevolve.envs import bfcl_data
+from coevolve import reward as rewards
 from coevolve.envs.base import EpisodeScore, Observation, ToolCall
 from coevolve.registry import register
 from coevolve.tasks import Task
@@ -174,12 +179,16 @@ class BfclEpisode:
         self._excluded = set(state.get("excluded_function", []))
         self._missed_at = {int(k): list(v) for k, v in state.get("missed_function", {}).items()}
         self._agent = Dispatcher(bfcl_data.make_instances(state))
+        self._owner = bfcl_data.method_owner(list(state["involved_classes"]))
         self._reference: Dispatcher | None = None  # built at the first end_turn
         self.turn = 0
         self.calls: list[list[dict[str, Any]]] = [[] for _ in range(self.n_turns)]  # executed calls per turn
         self.reference_results: list[list[str]] = []
         self._agent_results: list[str] = []  # all turns so far, as BFCL's response check sees them
         self._turn_passed: list[bool] = []
+        self._turn_progress: list[float] = []  # coevolve.reward.turn_progress of each ended turn
+        self.n_calls = 0  # call attempts that reached the episode
+        self.n_malformed = 0  # of which not dispatchable (unknown name, arguments not an object, ...)
         self._bfcl_failure: str = ""  # first failing BFCL check (the official verdict)
         self.finish_reason: str | None = None  # "time_limit" when a step overran its wall-clock budget
 
@@ -215,7 +224,9 @@ class BfclEpisode:
         name, arguments = getattr(call, "name", None), getattr(call, "arguments", None)
         problem = self._agent.check(name, arguments)
         record = {"name": name if isinstance(name, str) else repr(name), "arguments": arguments}
+        self.n_calls += 1
         if problem:
+            self.n_malformed += 1
             # Recorded so the turn counts as "the model made a call", as BFCL counts any decoded call.
             content = f"Error during execution: {problem}"
             self._record(record, content, problem)
@@ -225,6 +236,7 @@ class BfclEpisode:
         elapsed = time.monotonic() - started
         if timed_out or (self.step_timeout_s and elapsed > self.step_timeout_s):
             self.finish_reason = "time_limit"
+            self.n_malformed += 1  # a call that hangs the backend earns no format credit
             error = f"time_limit: {name} ran {elapsed:.1f}s > {self.step_timeout_s}s"
             self._record(record, f"Error during execution: {error}", error)
             return Observation(content=f"Error during execution: {error}", error=error)
@@ -244,11 +256,12 @@ class BfclEpisode:
         t = self.turn
         if self._reference is None:
             self._reference = Dispatcher(bfcl_data.make_instances(self.task.initial_state))
-        ref_results = []
+        ref_results, ref_calls = [], []
         for ref in self.task.reference_actions[t]:
             problem = self._reference.check(ref.get("name"), ref.get("arguments", {}))
-            result = f"Error during execution: {problem}" if problem else self._reference.call(ref["name"], ref["arguments"])[0]
+            result, error = (f"Error during execution: {problem}", problem) if problem else self._reference.call(ref["name"], ref["arguments"])
             ref_results.append(result)
+            ref_calls.append({**ref, "error": error})
         self.reference_results.append(ref_results)
         made_calls = bool(self.calls[t])
         failure = ""  # why BFCL fails this turn
@@ -265,10 +278,15 @@ class BfclEpisode:
             failure = "" if passed else f"turn {t}: {verdict['error_type']}: {verdict['error_message']}"
         self._bfcl_failure = self._bfcl_failure or failure
         self._turn_passed.append(passed)
+        same = rewards.reproduced(ref_calls, self.calls[t], self._normalize) if not passed else len(ref_calls)
+        self._turn_progress.append(rewards.turn_progress(passed, len(ref_calls), same))
         self.turn += 1
 
+    def _normalize(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return bfcl_data.normalized_arguments(name, arguments, self._owner)
+
     def score(self) -> EpisodeScore:
-        """BFCL's verdict (all turns ended and passed) and the fraction of turns passed."""
+        """BFCL's verdict (all turns ended and passed) and the training reward's parts."""
         passed = self._turn_passed + [False] * (self.n_turns - len(self._turn_passed))
         reason = self._bfcl_failure
         if self.finish_reason and not reason:
@@ -276,11 +294,17 @@ class BfclEpisode:
         elif len(self._turn_passed) < self.n_turns and not reason:
             reason = f"episode ended at turn {len(self._turn_passed)} of {self.n_turns}"
         success = not reason
+        progress = rewards.episode_progress(self._turn_progress, self.n_turns) if self.n_turns else float(success)
+        fmt = rewards.format_share(self.n_calls, self.n_malformed)
         return EpisodeScore(
             success=success,
-            reward=sum(passed) / self.n_turns if self.n_turns else float(success),
+            reward=rewards.training_reward(progress, fmt),
             turn_passed=passed,
             reason=reason,
+            progress=progress,
+            format=fmt,
+            n_calls=self.n_calls,
+            n_malformed=self.n_malformed,
         )
 
 
@@ -302,6 +326,18 @@ class BfclEnvironment:
     ) -> list[Task]:
         """Tasks of ``categories`` (default: all four) or exactly ``ids``, by category then id."""
         return bfcl_data.load_tasks(categories, ids, limit)
+
+    def heldout_tasks(
+        self,
+        heldout: int | list[int],
+        seed: int,
+        scenarios: int = 0,
+        categories: list[str] | None = None,
+    ) -> list[Task]:
+        """Evaluation tasks: ``scenarios`` (0 = all) of the held-out scenarios ``heldout`` (a count
+        drawn with ``seed`` or a list, as ``env.heldout_scenarios``), in each of ``categories``."""
+        held = bfcl_data.heldout_scenarios(heldout, seed)
+        return bfcl_data.heldout_tasks(held, bfcl_data.eval_scenarios(held, scenarios, seed), categories)
 
     def episode(self, task: Task) -> BfclEpisode:
         return BfclEpisode(task, step_timeout_s=self.step_timeout_s)

@@ -326,3 +326,45 @@ def scenario_states(scenarios: list[int], categories: list[str] | None = None) -
                 )
             )
     return sorted(out, key=lambda t: (CATEGORIES.index(t.category), scenario_of(t.task_id)))
+
+
+def eval_scenarios(heldout: frozenset[int], count: int, seed: int) -> list[int]:
+    """``count`` of the held-out scenarios (0 = all of them), drawn with ``seed``, in order."""
+    if count < 0:
+        raise ValueError(f"the number of evaluated scenarios must be >= 0, not {count}")
+    ordered = sorted(heldout)
+    if count == 0 or count >= len(ordered):
+        return ordered
+    return sorted(random.Random(f"bfcl-eval/{seed}").sample(ordered, count))
+
+
+def heldout_tasks(heldout: frozenset[int], scenarios: list[int] | None = None,
+                  categories: list[str] | None = None) -> list[Task]:
+    """Full tasks (questions, ground truth, every turn) of held-out scenarios, for evaluation only.
+
+    ``scenarios`` (default: all of ``heldout``) must all be held out: asking for a training
+    scenario raises ``ValueError``, so nothing of a training scenario's questions or ground
+    truth is ever read through this function. Ordered by category, then scenario.
+    """
+    chosen = sorted(heldout) if scenarios is None else list(scenarios)
+    leaked = sorted(set(chosen) - set(heldout))
+    if leaked:
+        raise ValueError(f"scenarios {leaked[:5]} are not held out: evaluation reads held-out scenarios only")
+    ids = [f"{c}_{i}" for c in (categories or CATEGORIES) for i in sorted(set(chosen))]
+    return load_tasks(categories or CATEGORIES, ids=ids) if ids else []
+
+
+# --------------------------------------------------------------------------- argument matching
+def normalized_arguments(name: str, arguments: dict[str, Any], owner: dict[str, str]) -> dict[str, Any]:
+    """``arguments`` with the backend method's defaults filled in, so that a call that spells out
+    a default and one that leaves it out compare equal (``ls()`` == ``ls(a=False)``).
+    Unknown functions come back unchanged."""
+    if name not in owner:
+        return dict(arguments)
+    sig = public_methods(owner[name]).get(name)
+    if sig is None:
+        return dict(arguments)
+    out = {p.name: p.default for p in sig.parameters.values()
+           if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD}
+    out.update(arguments)
+    return out
