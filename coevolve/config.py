@@ -34,10 +34,6 @@ def _help(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclas
 @dataclass
 class EnvConfig:
     name: str = _help("Environment plug-in (registry name or 'module:Class').", "bfcl-v3")
-    categories: list[str] = _help(
-        "BFCL multi-turn categories the seed pool is drawn from.",
-        factory=lambda: ["multi_turn_base"],
-    )
     heldout_limit: int = _help("Number of held-out tasks evaluated each round.", 4)
     max_turns: int = _help(
         "Keep only the first N turns of each seed task (0 = all). BFCL scores every turn on its own "

@@ -206,7 +206,9 @@ def _evaluate(ctx: RoundContext) -> dict:
     from coevolve.policy import load_policy
 
     policy = load_policy(ctx.cfg.policy, ctx.policy_out())
-    result = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy, pool_tasks(ctx.store, "heldout"))
+    # held-out tasks no longer live in the pool (round 0 synthesizes it); until evaluation reads the
+    # env's held-out scenarios, evaluate() picks its own (cfg.eval.categories, env.heldout_limit)
+    result = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy, pool_tasks(ctx.store, "heldout") or None)
     return {"eval_score": result.score, "eval_reward": result.reward, "per_category": result.per_category}
 
 
