@@ -189,8 +189,8 @@ def test_random_and_signal_guided_exploration_get_equal_budgets(signal_store, ta
                                      "explore.runs_per_context": 2, "explore.steps_per_run": 4})
         explore(store, cfg, "t", 1)
         budgets[explorer] = _budget(store.read("explorations").to_pylist())
-    n_contexts = 5 if n_signals < 3 else 5  # 2 signals + 3 fallback; or 6 signals cut to the budget of 5
-    assert budgets["rule"] == budgets["random"] == (n_contexts, Counter({2: n_contexts}), Counter({4: 2 * n_contexts}))
+    # 2 signals + 3 fallback contexts, or 6 signals cut to the budget: 5 contexts either way
+    assert budgets["rule"] == budgets["random"] == (5, Counter({2: 5}), Counter({4: 10}))
 
 
 def test_random_explorer_retries_after_an_error_like_the_rule_explorer(env, tasks):
