@@ -22,48 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow.dataset as ds
 
+from coevolve.abstractors.base import Abstractor, Call, Run, describe, split_turns  # noqa: F401  (the stage's types)
 from coevolve.config import RunConfig
 from coevolve.explore import start_task
 from coevolve.registry import register, resolve
 from coevolve.store import Store
 from coevolve.synth import STATIC, synthesis_states
 from coevolve.tasks import Task
-
-Call = dict[str, Any]  # {"name": str, "arguments": dict}
-
-
-@dataclass
-class Run:
-    """The explored steps of one run, with the task it started from."""
-
-    signal_id: str
-    signal_type: str
-    run_idx: int
-    seed: Task  # the context task, as exploration started from it (see explore.start_task)
-    steps: list[dict[str, Any]]  # explorations rows of the run, in step order
-    docs: dict[str, dict[str, Any]]  # function name -> BFCL function doc
-
-    def successful_calls(self) -> list[Call]:
-        """The calls that ran without error, in order. Failed calls leave the state
-        unchanged, so these replay the same from the start state (repeats stay: ``cd a``
-        twice is two moves)."""
-        return [
-            {"name": s["action_name"], "arguments": json.loads(s["action_args"] or "{}")}
-            for s in self.steps
-            if s["action_name"] is not None and s["error"] is None
-        ]
-
-
-class Abstractor(Protocol):
-    def abstract(self, runs: list[Run]) -> list[tuple[list[str], list[list[Call]]] | str]:
-        """Per run: ``(turns, reference calls per turn)``, or the reason it yields no task."""
-        ...
-
 
 def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: str, round: int) -> Task:
     """The candidate task of ``run``: the seed's state, env and category, the new turns
@@ -84,27 +53,6 @@ def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: s
     # ids name the seed and the round; the content hash keeps them unique
     task.task_id = f"{seed.task_id.split('~')[0]}~x{round}.{task.content_hash[:10]}"
     return task
-
-
-# ----------------------------------------------------------------------------- shared helpers
-def describe(doc: dict[str, Any]) -> str:
-    """The function's own one-sentence description (BFCL prefixes the class blurb)."""
-    text = doc.get("description", "") or doc.get("name", "")
-    text = text.split("Tool description:", 1)[-1].strip()
-    sentence = text.split(". ")[0].strip().rstrip(".")
-    return sentence or doc.get("name", "call the function")
-
-
-def split_turns(items: list[Any], max_turns: int) -> list[list[Any]]:
-    """Contiguous, as-even-as-possible groups of ``items`` (earlier groups take the remainder)."""
-    n = max(1, min(max_turns, len(items)))
-    size, extra = divmod(len(items), n)
-    out, i = [], 0
-    for t in range(n):
-        k = size + (1 if t < extra else 0)
-        out.append(items[i : i + k])
-        i += k
-    return out
 
 
 # ----------------------------------------------------------------------------- llm
@@ -269,4 +217,5 @@ def abstract(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
     return store.write("candidates", round, f"{run_id}-candidates", rows)
 
 
-from coevolve import abstractors as _abstractors  # noqa: E402,F401  (registers the template abstractor)
+# registers the template abstractor, and keeps it importable from here
+from coevolve.abstractors.template import TemplateAbstractor  # noqa: E402,F401

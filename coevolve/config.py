@@ -200,8 +200,9 @@ class ExploreConfig:
     steps_per_run: int = _help("Steps per run (multi-step).", 4)
     contexts: int = _help(
         "Exploration budget of a round, in contexts: signal contexts (in rank order) up to this many; "
-        "the 'random' explorer gets exactly as many contexts as the signal-guided one would.",
-        8,
+        "the 'random' explorer gets exactly as many contexts as the signal-guided one would. The default "
+        "keeps every signal of the default signals.budget_per_type (3 types x 8).",
+        24,
     )
     min_contexts: int = _help(
         "Cold-start fallback: when fewer signal contexts than this are found, the rest of the budget "

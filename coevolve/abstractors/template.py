@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from coevolve.abstract import Call, Run, describe, split_turns
+from coevolve.abstractors.base import Call, Run, describe, split_turns
 from coevolve.abstractors.goals import GOALS, Goal, fallback_goal
 from coevolve.config import RunConfig
 from coevolve.envs.base import ToolCall
