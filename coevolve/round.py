@@ -27,7 +27,6 @@ from typing import Any, Callable
 import pyarrow.dataset as ds
 
 from coevolve.config import RunConfig
-from coevolve.registry import resolve
 from coevolve.store import Store
 from coevolve.tasks import Task
 
@@ -83,10 +82,6 @@ def open_run_store(cfg: RunConfig) -> Store:
     store = Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region)
     store.check_reachable()
     return store
-
-
-def environment(cfg: RunConfig) -> Any:
-    return resolve("environment", cfg.env.name)()
 
 
 def round_stages(store: Store, cfg: RunConfig, round: int) -> tuple[str, ...]:
