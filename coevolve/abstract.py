@@ -4,8 +4,10 @@ The steps of one run (one ``(signal_id, run_idx)`` group of the ``explorations``
 become one ``Task``: instruction turns, the start state the run explored from, and the
 reference calls per turn. An abstractor (registry kind ``"abstractor"``) writes the turns:
 
-- ``template``: no LLM; one sentence per successful call, from the function doc's
-  description and the call's arguments; the calls are split into 1..``max_turns`` turns;
+- ``template`` (``coevolve.abstractors.template``): no LLM; instructions that state goals
+  ("Go into document, create a folder named temp and move final_report.pdf to temp."), from
+  per-function goal templates; calls that change nothing and answer nothing are dropped,
+  repeats collapse, and turns split at goal boundaries (at most ``max_turns``);
 - ``llm``: an OpenAI-compatible model returns the turns and calls as JSON, checked against
   a schema (``check_spec``); the start state is the run's, never the model's.
 
@@ -20,50 +22,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow.dataset as ds
 
+from coevolve.abstractors.base import Abstractor, Call, Run, describe, split_turns  # noqa: F401  (the stage's types)
 from coevolve.config import RunConfig
 from coevolve.explore import start_task
 from coevolve.registry import register, resolve
 from coevolve.store import Store
+from coevolve.synth import STATIC, synthesis_states
 from coevolve.tasks import Task
 
-Call = dict[str, Any]  # {"name": str, "arguments": dict}
-
-
-@dataclass
-class Run:
-    """The explored steps of one run, with the task it started from."""
-
-    signal_id: str
-    signal_type: str
-    run_idx: int
-    seed: Task  # the context task, as exploration started from it (see explore.start_task)
-    steps: list[dict[str, Any]]  # explorations rows of the run, in step order
-    docs: dict[str, dict[str, Any]]  # function name -> BFCL function doc
-
-    def successful_calls(self) -> list[Call]:
-        """The calls that ran without error, in order. Failed calls leave the state
-        unchanged, so these replay the same from the start state (repeats stay: ``cd a``
-        twice is two moves)."""
-        return [
-            {"name": s["action_name"], "arguments": json.loads(s["action_args"] or "{}")}
-            for s in self.steps
-            if s["action_name"] is not None and s["error"] is None
-        ]
-
-
-class Abstractor(Protocol):
-    def abstract(self, runs: list[Run]) -> list[tuple[list[str], list[list[Call]]] | str]:
-        """Per run: ``(turns, reference calls per turn)``, or the reason it yields no task."""
-        ...
-
-
 def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: str, round: int) -> Task:
-    """The candidate task of ``run``: the seed's state, env and category, the new turns."""
+    """The candidate task of ``run``: the seed's state, env and category, the new turns
+    (origin ``static`` for round 0's runs, ``explored`` otherwise)."""
     seed = run.seed
     task = dataclasses.replace(
         seed,
@@ -71,7 +44,7 @@ def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: s
         turns=list(turns),
         reference_actions=reference,
         split="train",
-        origin="explored",
+        origin=STATIC if run.signal_type == STATIC else "explored",
         signal_type=run.signal_type,
         seed_task_id=seed.task_id,
         created_round=round,
@@ -80,65 +53,6 @@ def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: s
     # ids name the seed and the round; the content hash keeps them unique
     task.task_id = f"{seed.task_id.split('~')[0]}~x{round}.{task.content_hash[:10]}"
     return task
-
-
-# ----------------------------------------------------------------------------- template
-def describe(doc: dict[str, Any]) -> str:
-    """The function's own one-sentence description (BFCL prefixes the class blurb)."""
-    text = doc.get("description", "") or doc.get("name", "")
-    text = text.split("Tool description:", 1)[-1].strip()
-    sentence = text.split(". ")[0].strip().rstrip(".")
-    return sentence or doc.get("name", "call the function")
-
-
-def _show(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else f"'{value}'"
-
-
-def call_sentence(call: Call, doc: dict[str, Any]) -> str:
-    """"Change the current working directory to the specified folder, with folder set to 'document'." """
-    args = call.get("arguments") or {}
-    text = describe(doc) if doc else call["name"]
-    if args:
-        text += ", with " + " and ".join(f"{k} set to {_show(v)}" for k, v in args.items())
-    return text + "."
-
-
-def split_turns(calls: list[Call], max_turns: int) -> list[list[Call]]:
-    """Contiguous, as-even-as-possible turns (earlier turns take the remainder)."""
-    n = max(1, min(max_turns, len(calls)))
-    size, extra = divmod(len(calls), n)
-    out, i = [], 0
-    for t in range(n):
-        k = size + (1 if t < extra else 0)
-        out.append(calls[i : i + k])
-        i += k
-    return out
-
-
-def _join(sentences: list[str]) -> str:
-    rest = [s[:1].lower() + s[1:] for s in sentences[1:]]
-    return " Then ".join([sentences[0], *rest])
-
-
-@register("abstractor", "template")
-class TemplateAbstractor:
-    """Instructions from the function docs and the arguments of the successful calls."""
-
-    def __init__(self, cfg: RunConfig | None = None) -> None:
-        self.max_turns = cfg.abstract.max_turns if cfg else 3
-
-    def abstract(self, runs: list[Run]) -> list[tuple[list[str], list[list[Call]]] | str]:
-        out: list[tuple[list[str], list[list[Call]]] | str] = []
-        for run in runs:
-            calls = run.successful_calls()
-            if not calls:
-                out.append("useless run: no call succeeded")
-                continue
-            reference = split_turns(calls, self.max_turns)
-            turns = [_join([call_sentence(c, run.docs.get(c["name"], {})) for c in turn]) for turn in reference]
-            out.append((turns, reference))
-        return out
 
 
 # ----------------------------------------------------------------------------- llm
@@ -249,13 +163,16 @@ class LLMAbstractor:
 
 # ----------------------------------------------------------------------------- the stage
 def load_runs(store: Store, cfg: RunConfig, run_id: str, round: int) -> list[Run]:
-    """This round's exploration runs, grouped per (signal_id, run_idx), with their seed tasks."""
+    """This round's exploration runs, grouped per (signal_id, run_idx), with their start tasks
+    (pool tasks; in round 0 the synthesis states)."""
     rows = store.read("explorations", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["signal_id"], r["run_idx"]), []).append(r)
     pool = {r["task_id"]: Task.from_row(r) for r in store.pool_tasks().to_pylist()}
     env = resolve("environment", cfg.env.name)()
+    if round == 0:  # round 0 explored training-scenario states, not pool tasks
+        pool.update({t.task_id: t for t in synthesis_states(cfg, env)})
     docs_cache: dict[str, dict[str, dict[str, Any]]] = {}
     runs = []
     for (signal_id, run_idx), steps in sorted(groups.items()):
@@ -300,3 +217,5 @@ def abstract(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
     return store.write("candidates", round, f"{run_id}-candidates", rows)
 
 
+# registers the template abstractor, and keeps it importable from here
+from coevolve.abstractors.template import TemplateAbstractor  # noqa: E402,F401

@@ -34,17 +34,6 @@ def _help(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclas
 @dataclass
 class EnvConfig:
     name: str = _help("Environment plug-in (registry name or 'module:Class').", "bfcl-v3")
-    categories: list[str] = _help(
-        "BFCL multi-turn categories the seed pool is drawn from.",
-        factory=lambda: ["multi_turn_base"],
-    )
-    train_ids: list[str] = _help("Explicit seed task ids (overrides categories/train_limit).", factory=list)
-    train_limit: int = _help("Number of seed tasks in the initial pool.", 8)
-    max_turns: int = _help(
-        "Keep only the first N turns of each seed task (0 = all). BFCL scores every turn on its own "
-        "state and responses, so a prefix is still a faithfully scored task; on a CPU it bounds episode length.",
-        2,
-    )
     heldout_scenarios: int | list[int] = _help(
         "Benchmark scenarios held out for evaluation: a count drawn with the run seed, or an explicit "
         "list of scenario indices. A BFCL-V3 scenario is one numeric index across the four multi-turn "
@@ -61,8 +50,6 @@ class EnvConfig:
     step_timeout_s: float = _help("Wall-clock limit of one environment step, seconds.", 5.0)
 
     def validate(self) -> None:
-        if self.train_limit < 1:
-            raise ConfigError("env.train_limit must be >= 1")
         if self.step_limit < 1:
             raise ConfigError("env.step_limit must be >= 1")
         spec = self.heldout_scenarios
@@ -223,6 +210,17 @@ class ExploreConfig:
     explorer: str = _help("Explorer plug-in: 'rule', 'llm' or 'random'.", "rule")
     runs_per_context: int = _help("Independent runs per signal context (multi-round).", 2)
     steps_per_run: int = _help("Steps per run (multi-step).", 4)
+    contexts: int = _help(
+        "Exploration budget of a round, in contexts: signal contexts (in rank order) up to this many; "
+        "the 'random' explorer gets exactly as many contexts as the signal-guided one would. The default "
+        "keeps every signal of the default signals.budget_per_type (3 types x 8).",
+        24,
+    )
+    min_contexts: int = _help(
+        "Cold-start fallback: when fewer signal contexts than this are found, the rest of the budget "
+        "('contexts') goes to coverage contexts on pool tasks' states, recorded with signal_type 'fallback'.",
+        4,
+    )
     base_url: str = _help("OpenAI-compatible endpoint of the 'llm' explorer.", "")
     model: str = _help("Model name for the 'llm' explorer.", "")
     api_key_env: str = _help("Environment variable holding the explorer endpoint's key.", "OPENAI_API_KEY")
@@ -235,6 +233,36 @@ class ExploreConfig:
             raise ConfigError("explore.base_url is required when explore.explorer is 'llm'")
         if self.runs_per_context < 1 or self.steps_per_run < 1:
             raise ConfigError("explore.runs_per_context and explore.steps_per_run must be >= 1")
+        if self.contexts < 0 or not 0 <= self.min_contexts <= self.contexts:
+            raise ConfigError("explore.contexts must be >= 0 and explore.min_contexts in [0, explore.contexts]")
+
+
+@dataclass
+class SynthConfig:
+    """Round 0: the seed pool synthesized from training-scenario states (no signals, no model)."""
+
+    categories: list[str] = _help(
+        "BFCL categories whose training-scenario states round 0 explores. Base states are the cheapest; "
+        "long_context states make huge observations.",
+        factory=lambda: ["multi_turn_base"],
+    )
+    scenarios: int = _help("Training scenarios drawn (with the run seed) as start states of round 0.", 16)
+    contexts_per_scenario: int = _help(
+        "Coverage contexts per scenario state; their focus tools partition the scenario's tools so that "
+        "together they reach every tool of its classes.",
+        2,
+    )
+    runs_per_context: int = _help("Independent exploration runs per coverage context.", 2)
+    steps_per_run: int = _help("Steps per exploration run.", 8)
+    explorer: str = _help("Explorer plug-in of round 0 (the same for every ablation of later rounds).", "rule")
+
+    def validate(self) -> None:
+        if not self.categories:
+            raise ConfigError("synth.categories must name at least one category, e.g. ['multi_turn_base']")
+        if min(self.scenarios, self.contexts_per_scenario, self.runs_per_context, self.steps_per_run) < 1:
+            raise ConfigError(
+                "synth.scenarios, synth.contexts_per_scenario, synth.runs_per_context and synth.steps_per_run must be >= 1"
+            )
 
 
 @dataclass
@@ -372,6 +400,7 @@ class RunConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     signals: SignalsConfig = field(default_factory=SignalsConfig)
+    synth: SynthConfig = field(default_factory=SynthConfig)
     explore: ExploreConfig = field(default_factory=ExploreConfig)
     abstract: AbstractConfig = field(default_factory=AbstractConfig)
     validate_: ValidateConfig = field(default_factory=ValidateConfig, metadata={"key": "validate"})

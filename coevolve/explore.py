@@ -1,23 +1,39 @@
-"""Stage 2a of a round: signal-guided exploration of the environment.
+"""Stage 2a of a round: exploration of the environment, signal-guided or for coverage.
 
 For every signal of the round, one **context** says where to explore and what to look at:
 
 - the start state: the signal's task (forgetting, boundary), or a pool task in which the
   rare pattern occurred;
-- the focus tools: those the failing or unstable episode used plus those its task needs
-  (reference calls), or the calls of the rare pattern, in order;
+- the focus tools: those the failing or unstable episode called, else the task's tools; or
+  the calls of the rare pattern, in order;
 - the evidence: the steps of the failed attempt, read back from the ``rollouts`` table.
+
+A round explores at most ``explore.contexts`` contexts. When fewer than ``explore.min_contexts``
+signal contexts exist (a cold start), the rest of that budget goes to **coverage contexts**
+(``signal_type = 'fallback'``): pool tasks' start states, with focus tools that together
+reach every tool of the task. Round 0 (``coevolve.synth``) explores coverage contexts on
+training-scenario states the same way (``signal_type = 'static'``). The ``random`` explorer
+(the ablation baseline) gets exactly as many contexts as the signal-guided one would, on
+uniformly drawn pool tasks, with the same runs, steps, state access and retry logic.
 
 An explorer (registry kind ``"explorer"``: ``rule``, ``llm``, ``random``) then drives
 ``runs_per_context`` independent runs of ``steps_per_run`` steps, each in a fresh episode
 of the environment, each step seeing the observations so far. Every step becomes a row
 of the ``explorations`` table (part ``<run_id>-explore`` of the round).
 
+**What exploration may read.** A context carries a start *state*, the tool names and docs,
+the focus, and the evidence of the policy's own failed attempt. It never carries or reads a
+task's instruction turns or reference calls: argument values come from the tool schemas,
+the start state and the observations of the run (and the failed attempt's own calls). Pool
+tasks' reference calls are themselves products of exploration, but not reading them at all
+keeps benchmark ground truth unreachable by construction, whatever a pool holds.
+
     n = explore(store, cfg, run_id, round)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -39,12 +55,13 @@ class ExploreContext:
     """Where one signal sends the explorer."""
 
     signal_id: str
-    signal_type: str  # forgetting | boundary | rare | random
-    task: Task  # the start state (its initial_state) and the tools available
+    signal_type: str  # forgetting | boundary | rare | random | fallback | static
+    task: Task  # the start state (its initial_state) and the tools available; turns/reference are never read
     focus: list[str]  # function names to focus on; for rare patterns, the pattern in order
     evidence: list[dict[str, Any]] = field(default_factory=list)  # failed attempt: action_name/args/observation/error
     sequence: bool = False  # True: the focus tools form a pattern to perform consecutively
     avoid: frozenset[str] = frozenset()  # functions the explorer must not call (safety policy)
+    coverage: bool = False  # True: reach every focus tool once (coverage), rather than dwell on the focus
 
 
 @dataclass
@@ -143,10 +160,6 @@ def _listed(doc: dict[str, Any], *keys: str) -> list[str]:
     return []
 
 
-def _reference_names(task: Task) -> list[str]:
-    return [c.get("name", "") for turn in task.reference_actions for c in turn if isinstance(c, dict)]
-
-
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(i for i in items if i))
 
@@ -186,7 +199,8 @@ def signal_contexts(
                 continue
             steps = [s for e in _listed(doc, *_EPISODE_KEYS) for s in evidence.get(e, [])]
             used = [s["action_name"] for s in steps if s.get("action_name")]
-            focus = _unique(used + _reference_names(task))
+            # what the failing episode called; with no call at all, the task's tools
+            focus = _unique(used) or list(task.tools)
             sequence = False
         else:
             names = pattern_names(sig.get("pattern") or "")
@@ -222,6 +236,47 @@ def random_contexts(n: int, pool: list[Task], rng: random.Random, avoid: frozens
     return [ExploreContext(f"random-{i:04d}", "random", rng.choice(pool), [], avoid=avoid) for i in range(n)]
 
 
+def coverage_contexts(
+    tasks: list[Task], n: int, rng: random.Random, avoid: frozenset[str], signal_type: str
+) -> list[ExploreContext]:
+    """``n`` coverage contexts over ``tasks`` (cycled in order): the contexts of one task split
+    its tools (shuffled with ``rng``) into as many focus groups, so that together they reach
+    every tool of the task. Ids are ``<signal_type>-<i>``; no evidence, no reference read."""
+    if not tasks or n <= 0:
+        return []
+    parts = -(-n // len(tasks))
+    groups: dict[int, list[list[str]]] = {}
+    contexts = []
+    for i in range(n):
+        k = i % len(tasks)
+        task = tasks[k]
+        if k not in groups:
+            tools = [t for t in task.tools if t not in avoid]
+            rng.shuffle(tools)
+            groups[k] = [tools[j::parts] for j in range(parts)]
+        focus = groups[k][(i // len(tasks)) % parts]
+        contexts.append(
+            ExploreContext(f"{signal_type}-{i:04d}", signal_type, task, focus, avoid=avoid, coverage=True)
+        )
+    return contexts
+
+
+def budgeted_contexts(
+    guided: list[ExploreContext], pool: list[Task], cfg: RunConfig, round: int, avoid: frozenset[str]
+) -> list[ExploreContext]:
+    """The round's contexts under the budget: signal contexts up to ``explore.contexts``, and
+    when fewer than ``explore.min_contexts`` of them exist, coverage ('fallback') contexts on
+    pool tasks for the rest of the budget."""
+    e = cfg.explore
+    chosen = guided[: e.contexts]
+    if len(chosen) < e.min_contexts and pool:
+        rng = random.Random(f"{cfg.seed}/fallback-contexts/{round}")
+        order = list(pool)
+        rng.shuffle(order)
+        chosen += coverage_contexts(order, e.contexts - len(chosen), rng, avoid, "fallback")
+    return chosen
+
+
 # ----------------------------------------------------------------------------- running
 def start_task(task: Task) -> Task:
     """The context task as exploration (and the tasks it yields) start from it.
@@ -230,11 +285,15 @@ def start_task(task: Task) -> Task:
       what validation and the pool will replay, and the encoding can matter (BFCL's file
       system takes the first key of ``root`` as its root directory);
     - every tool available from the first step: BFCL's miss_func entries hold functions
-      back until a later turn (``missed_function``); a synthesized task has its own turns.
+      back until a later turn (``missed_function``); a synthesized task has its own turns;
+    - state only: one open turn with no instruction and no reference calls, so that nothing
+      downstream of here (explorers, abstractors) can read the context task's turns or
+      reference calls.
     """
     start = Task.from_row(task.to_row())
     if "missed_function" in start.initial_state:
         start.initial_state["missed_function"] = {}
+    start.turns, start.reference_actions = [""], [[]]
     return start
 
 
@@ -245,6 +304,7 @@ def run_sessions(
     sessions = []
     for c in contexts:
         start = start_task(c.task)
+        c = dataclasses.replace(c, task=start)  # explorers see the start state, never turns or reference
         docs = {d["name"]: d for d in env.function_docs(start)}
         for r in range(runs):
             rng = random.Random(f"{seed}/{c.signal_id}/{r}")
@@ -281,28 +341,35 @@ def session_rows(run_id: str, sessions: list[Session]) -> list[dict[str, Any]]:
     return rows
 
 
-def make_explorer(cfg: RunConfig) -> Explorer:
-    """The explorer named by ``cfg.explore.explorer``, built from the run config."""
-    return resolve("explorer", cfg.explore.explorer)(cfg)
+def make_explorer(cfg: RunConfig, name: str | None = None) -> Explorer:
+    """The explorer named ``name`` (default ``cfg.explore.explorer``), built from the run config."""
+    return resolve("explorer", name or cfg.explore.explorer)(cfg)
+
+
+def round_contexts(store: Store, cfg: RunConfig, run_id: str, round: int, signal_guided: bool) -> list[ExploreContext]:
+    """The contexts the round explores: signal contexts plus the cold-start fallback
+    (``budgeted_contexts``); for the ``random`` baseline, as many random contexts."""
+    signals = store.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
+    signals.sort(key=lambda s: (s["signal_type"], s.get("rank") or 0, s["signal_id"]))
+    pool = [Task.from_row(r) for r in store.pool_tasks().to_pylist() if r["split"] == "train"]
+    avoid = frozenset(cfg.validate_.blocked_functions)
+    episode_ids = [e for s in signals for e in _listed(_evidence_doc(s.get("evidence")), *_EPISODE_KEYS)]
+    guided = signal_contexts(signals, pool, _load_evidence(store, run_id, round, episode_ids), avoid)
+    contexts = budgeted_contexts(guided, pool, cfg, round, avoid)
+    if signal_guided:
+        return contexts
+    # the baseline: the same number of contexts, only where it starts is random
+    rng = random.Random(f"{cfg.seed}/random-contexts/{round}")
+    return random_contexts(len(contexts), pool, rng, avoid) if pool else []
 
 
 def explore(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
     """Explore from this round's signals; write ``explorations`` rows; return their count.
 
-    Reads ``signals`` (run_id, round) and the latest pool's train tasks. The ``random``
-    explorer draws as many contexts as there are signals, uniformly, ignoring them.
+    Reads ``signals`` (run_id, round) and the latest pool's train tasks (their states).
     """
-    signals = store.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
-    signals.sort(key=lambda s: (s["signal_type"], s.get("rank") or 0, s["signal_id"]))
-    pool = [Task.from_row(r) for r in store.pool_tasks().to_pylist() if r["split"] == "train"]
     explorer = make_explorer(cfg)
-    avoid = frozenset(cfg.validate_.blocked_functions)
-    if explorer.signal_guided:
-        episode_ids = [e for s in signals for e in _listed(_evidence_doc(s.get("evidence")), *_EPISODE_KEYS)]
-        contexts = signal_contexts(signals, pool, _load_evidence(store, run_id, round, episode_ids), avoid)
-    else:
-        rng = random.Random(f"{cfg.seed}/random-contexts/{round}")
-        contexts = random_contexts(len(signals), pool, rng, avoid) if pool else []
+    contexts = round_contexts(store, cfg, run_id, round, explorer.signal_guided)
     env = resolve("environment", cfg.env.name)()
     sessions = run_sessions(explorer, contexts, env, cfg.explore.runs_per_context, cfg.explore.steps_per_run, cfg.seed)
     rows = session_rows(run_id, sessions)

@@ -1,13 +1,19 @@
-"""One co-evolution round as seven resumable stages over the store.
+"""One co-evolution round as seven resumable stages over the store; round 0 synthesizes the pool.
 
-    train -> signals -> explore -> abstract -> validate -> commit -> evaluate
+    round 0 (the store has no pool):       explore -> abstract -> validate -> commit
+    rounds 1..N: train -> signals -> explore -> abstract -> validate -> commit -> evaluate
+
+Round 0 explores coverage contexts on training-scenario states (``coevolve.synth``), not
+signals, and validates with mechanical checks only (no policy is trained yet); it commits
+pool v1 (``origin = 'static'``). It has stage markers, live status and a ``rounds`` row like
+any round.
 
 Each stage is one call into the library (``coevolve.train``, ``coevolve.signals``, ...);
 this module only decides what each stage reads, records a completion marker in the store
 once the stage's outputs are written (``runs/<run>/round=<r>/<stage>.json``), and skips a
 stage whose marker exists. Stage outputs are written to deterministically named parts,
 so a stage interrupted half-way simply runs again and overwrites: a rerun never
-duplicates rows. Prefect flows (``flows/``) call ``seed_pool`` and ``run_stage``.
+duplicates rows. Prefect flows (``flows/``) call ``round_stages``, ``run_stage`` and ``record_round``.
 """
 
 from __future__ import annotations
@@ -21,13 +27,13 @@ from typing import Any, Callable
 import pyarrow.dataset as ds
 
 from coevolve.config import RunConfig
-from coevolve.registry import resolve
 from coevolve.store import Store
 from coevolve.tasks import Task
 
 log = logging.getLogger("coevolve.round")
 
 STAGES = ("train", "signals", "explore", "abstract", "validate", "commit", "evaluate")
+SYNTH_STAGES = ("explore", "abstract", "validate", "commit")  # round 0
 
 # Listeners get (event, round, stage, info) with event in {"start", "done", "skip"}:
 # the CLI uses them to draw its live status; flows log through Prefect instead.
@@ -78,41 +84,36 @@ def open_run_store(cfg: RunConfig) -> Store:
     return store
 
 
-def environment(cfg: RunConfig) -> Any:
-    return resolve("environment", cfg.env.name)()
+def round_stages(store: Store, cfg: RunConfig, round: int) -> tuple[str, ...]:
+    """The stages of ``round``. Round 0 synthesizes the seed pool; it is skipped (no stages)
+    when the store already holds a pool that this run's round 0 did not start (a pool
+    committed by hand or by another run of the lineage)."""
+    if round > 0:
+        return STAGES
+    started = any(store.stage_done(cfg.run_name, 0, stage) for stage in SYNTH_STAGES)
+    if store.latest_pool() is not None and not started:
+        return ()
+    return SYNTH_STAGES
+
+
+def run_round(store: Store, cfg: RunConfig, round: int) -> dict | None:
+    """Run (or resume) every stage of ``round``; return its ``rounds`` row (None: skipped round 0)."""
+    stages = round_stages(store, cfg, round)
+    if not stages:
+        return None
+    for stage in stages:
+        run_stage(store, cfg, round, stage)
+    return record_round(store, cfg, round)
 
 
 def seed_pool(store: Store, cfg: RunConfig) -> dict:
-    """Commit pool version 1 from the environment's tasks, unless the store has a pool.
-
-    The first ``train_limit`` tasks of the configured categories (or ``train_ids``) form
-    the training split. Held-out tasks are not in the pool: evaluation loads them from the
-    environment (``coevolve.evaluate.eval_tasks``).
-    """
+    """Round 0: synthesize and commit pool v1 unless the store already has a pool; returns
+    ``{"version", "size", ...}`` of the pool."""
+    row = run_round(store, cfg, 0)
     latest = store.latest_pool()
-    if latest is not None:
-        return {"version": latest.version, "size": len(latest.task_ids), "skipped": True}
-    env = environment(cfg)
-    if cfg.env.train_ids:
-        train = env.load_tasks(ids=cfg.env.train_ids)
-    else:
-        pool = env.load_tasks(categories=cfg.env.categories)
-        # interleave categories so small subsets still cover every category
-        by_cat: dict[str, list[Task]] = {}
-        for t in pool:
-            by_cat.setdefault(t.category, []).append(t)
-        mixed = [t for group in zip(*by_cat.values()) for t in group]
-        train = mixed[: cfg.env.train_limit]
-    rows = []
-    for split, tasks in (("train", train),):
-        for t in tasks:
-            t.split, t.origin, t.created_round, t.run_id = split, "seed", 0, cfg.run_name
-            if cfg.env.max_turns:
-                t.turns = t.turns[: cfg.env.max_turns]
-                t.reference_actions = t.reference_actions[: cfg.env.max_turns]
-            rows.append(t.to_row())
-    version = store.commit_pool(run_id=cfg.run_name, round=0, new_tasks=rows, expected_parent=None)
-    return {"version": version.version, "size": len(train)}
+    if latest is None:
+        raise RuntimeError("round 0 committed no pool")
+    return {"version": latest.version, "size": _train_size(store), "skipped": row is None}
 
 
 def pool_tasks(store: Store, split: str) -> list[Task]:
@@ -152,7 +153,10 @@ def _explore(ctx: RoundContext) -> dict:
     if _feedback_off(ctx):
         return {"n_explorations": 0}
     from coevolve.explore import explore
+    from coevolve.synth import explore_static
 
+    if ctx.round == 0:  # the seed pool: coverage of training-scenario states, no signals
+        return {"n_explorations": explore_static(ctx.store, ctx.cfg, ctx.run_id)}
     return {"n_explorations": explore(ctx.store, ctx.cfg, ctx.run_id, ctx.round)}
 
 
@@ -169,7 +173,9 @@ def _validate(ctx: RoundContext) -> dict:
         return {"candidates": 0, "accepted": 0, "pass_rate": None}
     from coevolve.validate import summarize_candidates, validate
 
-    table = validate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, ctx.policy_out())
+    # round 0 has no trained policy: mechanical checks only (policy_path=None)
+    policy_path = ctx.policy_out() if ctx.round > 0 else None
+    table = validate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy_path)
     return summarize_candidates(table)
 
 
@@ -182,6 +188,12 @@ def _commit(ctx: RoundContext) -> dict:
         "candidates",
         filter=(ds.field("run_id") == ctx.run_id) & (ds.field("round") == ctx.round) & (ds.field("verdict") == "accepted"),
     )
+    if ctx.round == 0 and cands.num_rows == 0:
+        raise RuntimeError(
+            "round 0 accepted no synthesized task, so there is no seed pool: explore more "
+            "(synth.scenarios, synth.runs_per_context, synth.steps_per_run) or look at the reasons: "
+            "coevolve sql \"select reason, count(*) from candidates where round = 0 group by all\""
+        )
     rows = []
     for spec in cands.column("spec").to_pylist():
         task = Task.from_json(spec)
@@ -270,12 +282,8 @@ def record_round(store: Store, cfg: RunConfig, round: int) -> dict:
 
 
 def run_rounds(cfg: RunConfig, store: Store | None = None) -> list[dict]:
-    """Run (or resume) every round of ``cfg`` without Prefect; returns the ``rounds`` rows."""
+    """Run (or resume) round 0 and every round of ``cfg`` without Prefect; returns the
+    ``rounds`` rows (round 0's only when this run synthesized the pool)."""
     store = store or open_run_store(cfg)
-    seed_pool(store, cfg)
-    rows = []
-    for r in range(1, cfg.rounds + 1):
-        for stage in STAGES:
-            run_stage(store, cfg, r, stage)
-        rows.append(record_round(store, cfg, r))
-    return rows
+    rows = [run_round(store, cfg, r) for r in range(0, cfg.rounds + 1)]
+    return [r for r in rows if r is not None]

@@ -1,9 +1,11 @@
-"""Prefect flows of coevolve: one round as seven tasks, and N rounds.
+"""Prefect flows of coevolve: one round as its stage tasks, and round 0 + N rounds.
 
     python -m flows.evolve                      # run the embedded default under Prefect
     coevolve run --config configs/tiny.yaml    # the same, from the CLI
 
-Each task is a few lines that call one library function in ``coevolve.round``; stage
+Round 0 (the seed pool's synthesis: explore -> abstract -> validate -> commit) runs as its
+stages when the store has no pool. Each task is a few lines that call one library function
+in ``coevolve.round``; stage
 outputs live in the store, so a retried or resumed task skips what is already committed.
 The deployment in ``deployments/prefect.yaml`` serves ``evolve`` with a nightly schedule.
 """
@@ -16,16 +18,16 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from coevolve.config import RunConfig, load_config
-from coevolve.round import STAGES, open_run_store, record_round, run_stage, seed_pool
+from coevolve.round import open_run_store, record_round, round_stages, run_stage
 
 # Training is long and restarts from the round's start; the other stages are cheap to retry.
 _RETRIES = {"train": 0}
 
 
-@task(name="seed-pool", retries=2, retry_delay_seconds=2)
-def seed_task(config: dict[str, Any]) -> dict:
+@task(name="plan-round", retries=2, retry_delay_seconds=2)
+def plan_task(config: dict[str, Any], round: int) -> list[str]:
     cfg = RunConfig.from_dict(config)
-    return seed_pool(open_run_store(cfg), cfg)
+    return list(round_stages(open_run_store(cfg), cfg, round))
 
 
 @task(retries=1, retry_delay_seconds=2)
@@ -43,9 +45,13 @@ def record_task(config: dict[str, Any], round: int) -> dict:
 
 
 @flow(name="coevolve-round", log_prints=True)
-def round_flow(config: dict[str, Any], round: int) -> dict:
-    """train -> signals -> explore -> abstract -> validate -> commit -> evaluate."""
-    for stage in STAGES:
+def round_flow(config: dict[str, Any], round: int) -> dict | None:
+    """train -> signals -> explore -> abstract -> validate -> commit -> evaluate
+    (round 0: explore -> abstract -> validate -> commit; None when it is skipped)."""
+    stages = plan_task(config, round)
+    if not stages:
+        return None
+    for stage in stages:
         stage_task.with_options(name=stage, retries=_RETRIES.get(stage, 1))(config, round, stage)
     row = record_task(config, round)
     publish_round_task(config, round)
@@ -78,7 +84,7 @@ def evolve(
     run_name: str | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> list[dict]:
-    """Run (or resume) ``rounds`` co-evolution rounds.
+    """Run (or resume) round 0 (when the store has no pool) and ``rounds`` co-evolution rounds.
 
     ``config`` is a YAML file (default: the embedded default); ``rounds``, ``store`` and
     ``run_name`` override it, and ``overrides`` sets any other field by dotted key
@@ -86,8 +92,7 @@ def evolve(
     """
     cfg = load_config(config, {"rounds": rounds, "store": store, "run_name": run_name, **(overrides or {})})
     config_dict = cfg.to_dict()
-    seed_task(config_dict)
-    rows = [round_flow(config_dict, r) for r in range(1, cfg.rounds + 1)]
+    rows = [row for r in range(0, cfg.rounds + 1) if (row := round_flow(config_dict, r)) is not None]
     create_table_artifact(
         key=f"coevolve-{cfg.run_name}".lower().replace("_", "-"),
         table=[{k: v for k, v in row.items() if not k.startswith("t_") and k != "finished_at"} for row in rows],

@@ -23,7 +23,7 @@ runner = CliRunner()
 # the smallest budgets that still run every stage of every condition
 SMALL = {
     "train.sft_steps": 1, "train.steps": 1, "train.tasks_per_step": 1, "train.group_size": 2,
-    "env.train_limit": 2, "env.heldout_limit": 1, "env.max_turns": 1, "env.step_limit": 1,
+    "synth.scenarios": 2, "synth.contexts_per_scenario": 1, "eval.scenarios": 1, "eval.step_limit": 1, "env.step_limit": 1,
     "policy.max_new_tokens": 8, "explore.runs_per_context": 1, "explore.steps_per_run": 2,
 }
 

@@ -9,13 +9,13 @@ import pytest
 from coevolve.abstract import (
     LLMAbstractor,
     Run,
-    TemplateAbstractor,
     abstract,
-    call_sentence,
     check_spec,
     make_task,
     split_turns,
 )
+from coevolve.abstractors.goals import GOALS
+from coevolve.abstractors.template import TemplateAbstractor, clause
 from coevolve.config import load_config
 from coevolve.envs.bfcl import BfclEnvironment
 from coevolve.explore import explore, start_task
@@ -30,7 +30,8 @@ def env():
 
 @pytest.fixture(scope="module")
 def seed(env):
-    return start_task(env.load_tasks(["multi_turn_base"], limit=1)[0])
+    # the state of scenario 0 (a file system with workspace/document/final_report.pdf, and Twitter)
+    return start_task(env.training_states([], 0, ["multi_turn_base"])[0])
 
 
 def _run(seed, env, steps):
@@ -63,20 +64,78 @@ def test_successful_calls_drop_errors_and_keep_order(env, seed):
     ]
 
 
-def test_template_turns_state_every_argument(env, seed):
+def _ok(name, args, obs="{}"):
+    return (name, args, obs, None)
+
+
+def test_template_states_goals_not_calls(env, seed):
     run = _run(seed, env, [
-        ("cd", {"folder": "document"}, "{}", None),
-        ("mkdir", {"dir_name": "temp"}, "None", None),
-        ("mv", {"source": "final_report.pdf", "destination": "temp"}, "{}", None),
+        _ok("cd", {"folder": "document"}),
+        _ok("mkdir", {"dir_name": "temp"}),
+        _ok("mv", {"source": "final_report.pdf", "destination": "temp"}),
     ])
     (turns, reference), = TemplateAbstractor(load_config()).abstract([run])
-    assert len(turns) == 3 and [len(r) for r in reference] == [1, 1, 1]
-    assert "'document'" in turns[0] and "working directory" in turns[0]
-    assert "'final_report.pdf'" in turns[2] and "'temp'" in turns[2]
-    assert call_sentence({"name": "ls", "arguments": {"a": True}}, run.docs["ls"]).endswith("a set to true.")
+    # one goal (the navigation leads to it, the move acts on the new folder): one turn
+    assert turns == ["Go into document, create a folder named temp and move final_report.pdf to temp."]
+    assert reference == [[c for c in run.successful_calls()]]
+    assert "set to" not in turns[0]  # no call dictation ("with dir_name set to 'temp'")
+    assert clause({"name": "wc", "arguments": {"file_name": "a.txt", "mode": "w"}}, run.docs["wc"]) == "tell me how many words a.txt has"
+    # a value no template mentions is still stated
+    assert clause({"name": "ls", "arguments": {"a": True}}, run.docs["ls"]) == "list the current folder, hidden items included"
     assert TemplateAbstractor(load_config()).abstract([_run(seed, env, [("cd", {"folder": "x"}, "e", "e")])]) == [
         "useless run: no call succeeded"
     ]
+
+
+def test_template_drops_calls_that_change_nothing_and_collapses_repeats(env, seed):
+    run = _run(seed, env, [
+        _ok("ls", {}),  # a look around: changes nothing, answers nothing
+        _ok("pwd", {}),
+        _ok("cd", {"folder": "document"}),
+        _ok("cat", {"file_name": "final_report.pdf"}),  # an answer: kept
+        _ok("cat", {"file_name": "final_report.pdf"}),  # the same answer again: collapsed
+        _ok("echo", {"content": "hi", "file_name": "notes.txt"}),
+        _ok("echo", {"content": "hi", "file_name": "notes.txt"}),  # writes what is there: a no-op
+        _ok("ls", {}),
+    ])
+    (turns, reference), = TemplateAbstractor(load_config()).abstract([run])
+    calls = [(c["name"], c["arguments"]) for turn in reference for c in turn]
+    assert calls == [
+        ("cd", {"folder": "document"}),
+        ("cat", {"file_name": "final_report.pdf"}),
+        ("echo", {"content": "hi", "file_name": "notes.txt"}),
+    ]
+    text = " ".join(turns).lower()
+    assert "show me what final_report.pdf contains" in text and "write hi into notes.txt" in text
+    only_looking = _run(seed, env, [_ok("ls", {}), _ok("pwd", {})])
+    assert TemplateAbstractor(load_config()).abstract([only_looking]) == [
+        "useless run: no call changed the state or produced an answer"
+    ]
+
+
+def test_template_splits_turns_at_goal_boundaries(env, seed):
+    steps = [
+        _ok("cd", {"folder": "document"}),
+        _ok("mkdir", {"dir_name": "temp"}),
+        _ok("cd", {"folder": ".."}),
+        _ok("touch", {"file_name": "todo.txt"}),
+        _ok("authenticate_twitter", {"username": "analyst_pro", "password": "Kj8#mP9$vL2"}),
+    ]
+    (turns, reference), = TemplateAbstractor(load_config()).abstract([_run(seed, env, steps)])
+    assert [[c["name"] for c in t] for t in reference] == [["cd", "mkdir"], ["cd", "touch"], ["authenticate_twitter"]]
+    assert turns[1] == "Go into the parent folder and create an empty file named todo.txt."
+    assert turns[2] == "Log in to Twitter as analyst_pro with password 'Kj8#mP9$vL2'."
+    one = load_config(overrides={"abstract.max_turns": 1})
+    (turns, reference), = TemplateAbstractor(one).abstract([_run(seed, env, steps)])
+    assert len(turns) == 1 and len(reference[0]) == 5 and turns[0].count(" Then ") == 2
+
+
+def test_goal_templates_cover_every_bfcl_function():
+    from coevolve.envs import bfcl_data
+
+    names = {d["name"] for c in bfcl_data.CLASSES for d in bfcl_data.class_docs(c)}
+    assert names == set(GOALS)
+    assert {g.kind for g in GOALS.values()} == {"do", "answer", "read", "nav"}
 
 
 def test_make_task_keeps_provenance_and_the_seed_state(env, seed):

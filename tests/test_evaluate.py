@@ -102,7 +102,6 @@ def test_eval_protocol_runs_every_turn_under_its_own_budget(env):
     cfg.eval.categories = ["multi_turn_base", "multi_turn_miss_func"]
     cfg.eval.step_limit, cfg.eval.max_new_tokens = 3, 77
     cfg.env.step_limit, cfg.policy.max_new_tokens = 1, 11  # training budgets: must not apply
-    cfg.env.max_turns = 1  # a training-side cut: must not apply either
     policy = Recorder()
     result = evaluate(None, cfg, "p", 0, policy, env=env)
     tasks = eval_tasks(cfg, env)

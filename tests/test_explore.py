@@ -1,4 +1,5 @@
-"""Exploration: contexts from signals, the rule / random explorers, the explore stage."""
+"""Exploration: contexts from signals, coverage and the cold-start fallback, the rule / random
+explorers (same budget, no reference reading), the explore stage."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from coevolve.envs.base import Observation
 from coevolve.envs.bfcl import BfclEnvironment
 from coevolve.explore import (
     ExploreContext,
+    coverage_contexts,
     explore,
+    round_contexts,
     observed_error,
     pattern_names,
     run_sessions,
@@ -58,7 +61,7 @@ def test_params_read_enums_from_bfcl_descriptions(env, tasks):
     assert not fits_param(True, Param("x", "integer", True, [], "string"))
 
 
-def test_signal_contexts_take_focus_from_the_failed_attempt_and_the_reference(tasks):
+def test_signal_contexts_take_focus_from_the_failed_attempt_never_the_reference(tasks):
     t0, t1 = tasks[0], tasks[1]
     evidence = {"e1": [{"task_id": t0.task_id, "action_name": "ls", "action_args": "{}", "observation": "{}", "error": None}]}
     signals = [
@@ -69,9 +72,13 @@ def test_signal_contexts_take_focus_from_the_failed_attempt_and_the_reference(ta
     ]
     ctx = {c.signal_id: c for c in signal_contexts(signals, [t0, t1], evidence, AVOID)}
     assert set(ctx) == {"f1", "r1"}  # a signal whose task left the pool cannot be explored
-    assert ctx["f1"].focus[0] == "ls" and {"cd", "mv"} <= set(ctx["f1"].focus)
+    assert ctx["f1"].focus == ["ls"]  # what the failing episode called; not the task's reference calls
     assert ctx["f1"].evidence[0]["action_name"] == "ls"
     assert ctx["r1"].task.task_id == t1.task_id and ctx["r1"].focus == ["cd", "mkdir"] and ctx["r1"].sequence
+    # no call in the failed attempt: the task's tools
+    quiet = [{"signal_id": "b1", "signal_type": "boundary", "task_id": t0.task_id, "evidence": "{}"}]
+    (b1,) = signal_contexts(quiet, [t0], {}, AVOID)
+    assert b1.focus == [t for t in t0.tools if t not in AVOID]
 
 
 def test_value_bank_prefers_names_just_listed():
@@ -91,7 +98,7 @@ def test_rule_explorer_adapts_to_errors_and_reuses_observed_values(env, tasks):
     sessions = run_sessions(RuleExplorer(), [_context(t) for t in tasks], env, runs=2, steps=6, seed=0)
     assert len(sessions) == 24 and all(len(s.history) == 6 for s in sessions)
     ok = [h for s in sessions for h in s.history if h.error is None]
-    assert len(ok) >= 0.4 * 24 * 6  # guided by state and reference values, most calls work
+    assert len(ok) >= 0.4 * 24 * 6  # guided by the state and the observations, most calls work
     for s in sessions:
         failed = set()
         for h in s.history:
@@ -161,3 +168,79 @@ def test_random_explorer_has_the_same_budget_and_ignores_signals(signal_store, t
     assert {r["signal_type"] for r in rows} == {"random"}
     assert all(r["signal_id"].startswith("random-") for r in rows)
     assert isinstance(RandomExplorer(), RuleExplorer) and not RandomExplorer.signal_guided
+
+
+def _budget(rows):
+    """Contexts, runs per context and steps per run of a round's explorations rows."""
+    runs = Counter((r["signal_id"], r["run_idx"]) for r in rows)
+    contexts = {s for s, _ in runs}
+    return len(contexts), Counter(Counter(s for s, _ in runs).values()), Counter(runs.values())
+
+
+@pytest.mark.parametrize("n_signals", [2, 6])
+def test_random_and_signal_guided_exploration_get_equal_budgets(signal_store, tasks, n_signals):
+    """The ablation baseline is fair: same contexts (with or without the cold-start fallback),
+    same runs per context, same steps per run; only where and what differs."""
+    budgets = {}
+    for explorer in ("rule", "random"):
+        store = signal_store(tasks[:n_signals])
+        cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.explorer": explorer,
+                                     "explore.contexts": 5, "explore.min_contexts": 3,
+                                     "explore.runs_per_context": 2, "explore.steps_per_run": 4})
+        explore(store, cfg, "t", 1)
+        budgets[explorer] = _budget(store.read("explorations").to_pylist())
+    # 2 signals + 3 fallback contexts, or 6 signals cut to the budget: 5 contexts either way
+    assert budgets["rule"] == budgets["random"] == (5, Counter({2: 5}), Counter({4: 10}))
+
+
+def test_random_explorer_retries_after_an_error_like_the_rule_explorer(env, tasks):
+    class AlwaysRetry(RandomExplorer):
+        p_retry = 1.0
+
+    (s,) = run_sessions(AlwaysRetry(), [_context(tasks[0], "random", focus=[])], env, runs=1, steps=12, seed=5)
+    after_error = [(a, b) for a, b in zip(s.history, s.history[1:]) if a.error and a.name]
+    assert after_error and all(b.name == a.name for a, b in after_error)
+
+
+def test_cold_start_fallback_fills_the_budget_with_coverage_contexts(signal_store, tasks):
+    store = signal_store(tasks[:1])  # one signal: fewer than explore.min_contexts
+    cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.contexts": 6, "explore.min_contexts": 2,
+                                 "explore.runs_per_context": 1, "explore.steps_per_run": 3})
+    contexts = round_contexts(store, cfg, "t", 1, signal_guided=True)
+    assert [c.signal_type for c in contexts] == ["forgetting"] + ["fallback"] * 5
+    assert all(c.coverage and not c.evidence for c in contexts[1:])
+    explore(store, cfg, "t", 1)
+    rows = store.read("explorations").to_pylist()
+    assert Counter(r["signal_type"] for r in rows) == {"forgetting": 3, "fallback": 15}
+    # enough signals: no fallback
+    many = signal_store(tasks[:4])
+    assert {c.signal_type for c in round_contexts(many, cfg.__class__.from_dict({**cfg.to_dict(), "store": many.uri}), "t", 1, True)} \
+        == {"forgetting", "boundary", "rare"}
+
+
+def test_coverage_contexts_reach_every_tool_of_a_state(env):
+    import random
+
+    states = env.training_states([], 0, ["multi_turn_base"])[:3]
+    contexts = coverage_contexts(states, 6, random.Random(0), AVOID, "static")
+    for state in states:
+        focus = [f for c in contexts if c.task is state for f in c.focus]
+        assert sorted(focus) == sorted(t for t in state.tools if t not in AVOID)  # a partition of its tools
+    sessions = run_sessions(RuleExplorer(), contexts, env, runs=1, steps=36, seed=0)
+    reached = [len({h.name for h in s.history if h.error is None} & set(s.context.focus)) for s in sessions]
+    assert all(reached) and sum(reached) >= 0.4 * sum(len(c.focus) for c in contexts)  # most tools are reached
+
+
+@pytest.mark.parametrize("explorer", [RuleExplorer, RandomExplorer])
+def test_explorers_never_read_turns_or_reference_calls(env, explorer):
+    """A context task whose turns and reference calls hold sentinels: no step carries one."""
+    state = env.training_states([], 0, ["multi_turn_base"])[0]
+    sentinel = "SENTINEL_3f9c"
+    state.turns = [f"{sentinel} question"]
+    state.reference_actions = [[{"name": "mkdir", "arguments": {"dir_name": sentinel}},
+                                {"name": "echo", "arguments": {"content": sentinel, "file_name": f"{sentinel}.txt"}}]]
+    ctx = ExploreContext("s", "boundary", state, ["mkdir", "echo"], avoid=AVOID)
+    sessions = run_sessions(explorer(), [ctx], env, runs=4, steps=10, seed=0)
+    assert all(s.context.task.turns == [""] and s.context.task.reference_actions == [[]] for s in sessions)
+    text = json.dumps([[(h.name, h.arguments, h.observation) for h in s.history] for s in sessions])
+    assert sentinel not in text and '"mkdir"' in text

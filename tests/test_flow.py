@@ -36,7 +36,7 @@ def test_two_rounds_on_s3_under_prefect(prefect_harness, s3_endpoint, s3_bucket,
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
     store = f"s3://{s3_bucket}/runs"
     rows = evolve(config=TINY, rounds=2, store=store, overrides={"train.checkpoint_dir": str(tmp_path / "ckpt")})
-    assert [r["round"] if "round" in r else i + 1 for i, r in enumerate(rows)] == [1, 2]
+    assert [r["round"] for r in rows] == [0, 1, 2]  # round 0 synthesized the seed pool
 
     per_round = sql(store, "select round, count(*) as n from rollouts where phase = 'train' group by round order by round")
     assert [r["round"] for r in per_round] == [1, 2] and all(r["n"] > 0 for r in per_round)
@@ -46,10 +46,12 @@ def test_two_rounds_on_s3_under_prefect(prefect_harness, s3_endpoint, s3_bucket,
     versions = sql(store, "select version, round from pool_versions order by version")
     assert [v["round"] for v in versions] == [0, 1, 2]
     rounds = sql(store, "select * from rounds order by round")
-    assert [r["round"] for r in rounds] == [1, 2]
-    for r in rounds:
+    assert [r["round"] for r in rounds] == [0, 1, 2]
+    assert rounds[0]["pool_size"] >= 4 and rounds[0]["t_train"] is None and rounds[0]["t_explore"] is not None
+    assert sql(store, "select distinct origin from tasks where created_round = 0") == [{"origin": "static"}]
+    for r in rounds[1:]:
         assert r["t_signals"] is not None and r["t_total"] >= r["t_signals"]
-        assert r["eval_score"] is not None and r["pool_size"] >= 4
+        assert r["eval_score"] is not None and r["pool_size"] >= rounds[0]["pool_size"]
     # every candidate carries a verdict and a reason
     assert sql(store, "select count(*) as n from candidates where verdict is null or reason is null")[0]["n"] == 0
 
@@ -95,4 +97,4 @@ def test_sigkill_then_resume_completes_without_duplicates(tmp_path):
     counts = _counts(store)
     for table, (total, distinct) in counts.items():
         assert total == distinct, f"{table}: {total} rows, {distinct} distinct"
-    assert counts["rounds"][0] == 2
+    assert counts["rounds"][0] == 3  # rounds 0 (synthesis), 1, 2

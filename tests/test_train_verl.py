@@ -172,8 +172,13 @@ def test_cli_dry_run_prints_config_and_launch_command(tmp_path):
 
     from coevolve.cli import app
 
+    from coevolve.store import Store
+
+    # a pool to train on (test-pick has no states to synthesize one from)
+    Store(str(tmp_path / "store")).commit_pool(
+        run_id="default", round=0, new_tasks=[t.to_row() for t in PickEnvironment().load_tasks(limit=4)], expected_parent=None)
     args = ["train", "--backend", "verl", "--dry-run", "--store", str(tmp_path / "store"),
-            "--set", "env.name=test-pick", "--set", "env.train_limit=4", "--set", "policy.model=tiny",
+            "--set", "env.name=test-pick", "--set", "policy.model=tiny",
             "--set", f"train.checkpoint_dir={tmp_path / 'ckpt'}", "--set", "train.verl_gpus_per_node=1"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

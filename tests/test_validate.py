@@ -383,7 +383,8 @@ def test_llm_round_against_a_tiny_local_model_never_crashes(signal_store, env, t
     llm = {"store": store.uri, "run_name": "t", "explore.explorer": "llm", "explore.base_url": tiny_server,
            "explore.model": "tiny", "explore.steps_per_run": 3, "explore.max_new_tokens": 48,
            "abstract.abstractor": "llm", "abstract.base_url": tiny_server, "abstract.model": "tiny",
-           "abstract.max_new_tokens": 64, "validate.solver": "explorer", "policy.max_new_tokens": 32}
+           "abstract.max_new_tokens": 64, "validate.solver": "explorer", "policy.max_new_tokens": 32,
+           "explore.min_contexts": 0}  # the 3 signals only: no cold-start fallback contexts
     cfg = load_config(overrides=llm)
     assert explore(store, cfg, "t", 1) == 3 * 2 * 3
     steps = store.read("explorations").to_pylist()

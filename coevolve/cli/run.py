@@ -4,7 +4,9 @@
     coevolve run --config configs/tiny.yaml --rounds 2 --store /tmp/cv
     coevolve run --set train.steps=4 --set explore.explorer=random
 
-With no PREFECT_API_URL set, Prefect starts its ephemeral API for the duration of the run;
+When the store has no pool, round 0 first synthesizes the seed pool from training-scenario
+states (explore -> abstract -> validate -> commit, no model); it shows as round 0 in the live
+status and the summary. With no PREFECT_API_URL set, Prefect starts its ephemeral API for the duration of the run;
 with one set (``prefect server start``), the run shows up in the UI.
 """
 
@@ -80,6 +82,8 @@ def summary_tables(rows: list[dict]):
     out = []
     for title, cols in (("per-round summary", _METRICS), ("stage timings (seconds)", _TIMINGS)):
         table = Table(title=f"coevolve: {title}", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
+        if cols is _METRICS and any(row.get("round") == 0 for row in rows):
+            table.caption = "round 0: the seed pool, synthesized from training-scenario states"
         for head, _ in cols:
             table.add_column(head, justify="right", no_wrap=True, min_width=len(head))
         for row in rows:

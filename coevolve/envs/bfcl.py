@@ -32,7 +32,9 @@ with the method's defaults filled in); and the share of well-formed call attempt
 from __future__ import annotations
 
 import copy
+import datetime
 import decimal
+import hashlib
 import json
 import threading
 import time
@@ -166,6 +168,26 @@ def _run_with_timeout(fn: Any, args: tuple, timeout_s: float | None) -> tuple[An
     return (box[0], False) if box else (None, True)
 
 
+def _plain(obj: Any, seen: dict[int, str], path: str) -> Any:
+    """``obj`` as JSON-able data without timestamps; an object met again (parent links, the current directory)
+    becomes the path where it was first met, so cycles end and moves still show."""
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if isinstance(obj, (datetime.date, datetime.time)):  # modification times: touched, not changed
+        return None
+    if id(obj) in seen:
+        return {"@ref": seen[id(obj)]}
+    seen[id(obj)] = path
+    if isinstance(obj, dict):
+        return {str(k): _plain(v, seen, f"{path}/{k}") for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = sorted(obj, key=repr) if isinstance(obj, (set, frozenset)) else obj
+        return [_plain(v, seen, f"{path}/{i}") for i, v in enumerate(items)]
+    if hasattr(obj, "__dict__"):
+        return {type(obj).__name__: _plain(vars(obj), seen, path)}
+    return repr(obj)
+
+
 class BfclEpisode:
     """One isolated BFCL episode: its own instances, its own reference run, its own score."""
 
@@ -247,6 +269,11 @@ class BfclEpisode:
     def _record(self, record: dict[str, Any], content: str, error: str | None) -> None:
         self.calls[self.turn].append({**record, "result": content, "error": error})
         self._agent_results.append(content)
+
+    def state_fingerprint(self) -> str:
+        """A digest of the agent's instances, private attributes included (the file system's
+        current directory is private): equal digests mean a call changed nothing."""
+        return hashlib.sha256(json.dumps(_plain(self._agent.instances, {}, "$"), default=repr).encode()).hexdigest()
 
     # ------------------------------------------------------------------ scoring
     def end_turn(self) -> None:
@@ -341,6 +368,12 @@ class BfclEnvironment:
 
     def episode(self, task: Task) -> BfclEpisode:
         return BfclEpisode(task, step_timeout_s=self.step_timeout_s)
+
+    def training_states(self, heldout: int | list[int], seed: int, categories: list[str] | None = None) -> list[Task]:
+        """State-only tasks of every training scenario (not held out by ``heldout``/``seed``):
+        what round 0 may synthesize from (see ``bfcl_data.scenario_states``)."""
+        held = bfcl_data.heldout_scenarios(heldout, seed)
+        return bfcl_data.scenario_states(bfcl_data.training_scenarios(held), categories)
 
     def function_docs(self, task: Task) -> list[dict[str, Any]]:
         """BFCL's full function docs (types, enums, required) of the task's classes, minus excluded ones."""

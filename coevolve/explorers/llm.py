@@ -1,7 +1,8 @@
 """The ``llm`` explorer: any OpenAI-compatible chat endpoint drives the exploration.
 
-The model sees the tool schemas, the signal's context (why this task, which tools, the
-failed attempt) and every observation so far, and answers each step with one Hermes
+The model sees the tool schemas, the signal's context (why this start state, which tools,
+the failed attempt) and every observation so far — never the context task's instruction or
+reference calls (see ``coevolve.explore``), and answers each step with one Hermes
 ``<tool_call>`` block. All runs of all contexts are sent to the endpoint together, one
 step at a time, so a server that batches (vLLM) serves them at once.
 
@@ -33,9 +34,11 @@ SYSTEM = (
 )
 
 WHY = {
-    "forgetting": "The agent used to solve the task below and now fails it.",
-    "boundary": "The agent solves the task below only some of the time.",
+    "forgetting": "The agent used to solve a task from this start state and now fails it.",
+    "boundary": "The agent solves a task from this start state only some of the time.",
     "rare": "The agent rarely uses the action pattern {pattern}; practise it.",
+    "fallback": "Cover the environment: make each of the functions below succeed at least once.",
+    "static": "Cover the environment: make each of the functions below succeed at least once.",
 }
 
 
@@ -66,8 +69,6 @@ def context_prompt(s: Session) -> str:
     lines = []
     if c.signal_type in WHY:
         lines.append(WHY[c.signal_type].format(pattern=" then ".join(c.focus)))
-    if c.task.turns:
-        lines.append("The task's user requests were: " + " | ".join(t for t in c.task.turns if t)[:1200])
     if c.focus:
         order = "in this order, one after another" if c.sequence else "above all"
         lines.append(f"Explore these functions {order}: {', '.join(c.focus)}.")

@@ -1,15 +1,17 @@
-"""The ``rule`` explorer: signal-guided exploration without an LLM.
+"""The ``rule`` explorer: signal-guided (or coverage) exploration without an LLM.
 
 Each step picks a function and fills its arguments, adapting to what it has seen:
 
-- **which function**: the rare pattern's next call (consecutively, until it succeeds), the
-  next reference call of the context task (exactly, to reach deeper states, or with one
-  argument changed, to make a variant), a focus tool, or now and then any tool;
+- **which function**: the rare pattern's next call (consecutively, until it succeeds); in a
+  coverage context, the next focus tool not yet reached (a few tries each); otherwise a
+  focus tool, or now and then any tool;
 - **which arguments**: from the function doc (types, ``[Enum]`` lists, required/optional),
-  values the context task's reference calls and the failed attempt used, values present
-  in the initial state and in every observation so far (newest first), or fresh values;
+  values the failed attempt used (its own calls, not a reference), values present in the
+  start state and in every observation so far (newest first), or fresh values;
 - **errors**: after a failed call its argument values are not offered again for that
   function, and the explorer usually retries the same function with other values.
+
+It never reads the context task's turns or reference calls (see ``coevolve.explore``).
 """
 
 from __future__ import annotations
@@ -148,6 +150,11 @@ def _scalars(obj: Any) -> Any:
         yield obj
 
 
+def _plausible(value: Any, hint: str | None) -> bool:
+    """A file or folder name is short and on one line (not a file's content)."""
+    return not hint or not isinstance(value, str) or (len(value) <= 40 and "\n" not in value)
+
+
 def _key(call: Any) -> str:
     return json.dumps([call.name, call.arguments], sort_keys=True, default=str)
 
@@ -161,9 +168,9 @@ class RuleExplorer:
 
     signal_guided = True
     # probabilities of the step kinds when no pattern or retry decides
-    p_reference = 0.25  # the next reference call, exactly
-    p_variant = 0.2  # the next reference call with one argument changed
-    p_focus = 0.4  # a focus tool with filled arguments (the rest: any tool)
+    p_focus = 0.7  # a focus tool with filled arguments (the rest: any tool)
+    p_coverage = 0.75  # coverage contexts: the next unreached focus tool (the rest: any tool)
+    coverage_tries = 3  # attempts per focus tool before a coverage run moves on
     p_retry = 0.6  # after an error: the same function again, with other values
     p_optional = 0.3  # fill an optional parameter
 
@@ -197,9 +204,10 @@ class RuleExplorer:
     def _start(self, s: Session) -> None:
         ctx, mem = s.context, s.memory
         bank = ValueBank()
-        bank.harvest(ctx.task.initial_state)
+        # the backends' configuration (BFCL: initial_config), not bookkeeping such as doc file names
+        bank.harvest(ctx.task.initial_state.get("initial_config", ctx.task.initial_state))
         refs: dict[tuple[str, str], list[Any]] = defaultdict(list)
-        calls = [c for turn in ctx.task.reference_actions for c in turn if isinstance(c, dict)]
+        calls = []  # the failed attempt's own successful calls (never the task's reference)
         for step in ctx.evidence:
             bank.harvest_text(step.get("observation") or "")
             try:
@@ -217,13 +225,8 @@ class RuleExplorer:
         mem["bad"] = defaultdict(list)
         mem["failed"] = set()
         mem["tools"] = [t for t in s.docs if t not in ctx.avoid and (not ctx.task.tools or t in ctx.task.tools)]
-        mem["reference"] = [
-            c
-            for turn in ctx.task.reference_actions
-            for c in turn
-            if isinstance(c, dict) and c.get("name") in s.docs and c.get("name") not in ctx.avoid
-        ]
-        mem["ref_cursor"] = 0
+        mem["reached"] = set()  # functions that ran without error in this run
+        mem["tries"] = defaultdict(int)  # attempts per function in this run
         mem["pattern"] = [f for f in ctx.focus if f in s.docs] if ctx.sequence else []
         mem["pattern_cursor"] = 0
         mem["retry"] = None
@@ -231,7 +234,10 @@ class RuleExplorer:
     def _observe(self, s: Session, last: Any) -> None:
         mem = s.memory
         mem["retry"] = None
+        if last.name is not None:
+            mem["tries"][last.name] += 1
         if last.error is None:
+            mem["reached"].add(last.name)
             mem["bank"].harvest_text(last.observation)
             for k, v in last.arguments.items():
                 mem["bank"].add(k, v)
@@ -255,19 +261,12 @@ class RuleExplorer:
                 return pattern[cursor]
         if mem["retry"]:
             return mem["retry"]
-        reference, r = mem["reference"], rng.random()
-        if mem["ref_cursor"] < len(reference) and r < self.p_reference + self.p_variant:
-            call = reference[mem["ref_cursor"]]
-            mem["ref_cursor"] += 1
-            args = dict(call.get("arguments") or {})
-            if r >= self.p_reference and args:
-                key = rng.choice(sorted(args))
-                param = next((p for p in params_of(s.docs[call["name"]]) if p.name == key), None)
-                if param is not None:
-                    args[key] = self._value(s, call["name"], param, exclude=[args[key]])
-            return ToolCall(call["name"], args)
         focus = [f for f in s.context.focus if f in mem["tools"]]
-        if focus and rng.random() < self.p_focus / (1 - self.p_reference - self.p_variant):
+        if s.context.coverage:
+            todo = [f for f in focus if f not in mem["reached"] and mem["tries"][f] < self.coverage_tries]
+            if todo and rng.random() < self.p_coverage:
+                return todo[0]
+        elif focus and rng.random() < self.p_focus:
             return rng.choice(focus)
         return rng.choice(mem["tools"])
 
@@ -285,22 +284,22 @@ class RuleExplorer:
         bad = list(exclude) + mem["bad"].get((fname, p.name), [])
         hint = _kind_hint(p.name)
         similar = [v for k, vs in bank.by_key.items() if k != p.name and _tokens(k) & _tokens(p.name) for v in vs]
+        # names of the right kind, those just listed first (they exist where we are now)
+        named = [v for v in bank.recent if hint and v in bank.names[hint]] + (bank.names[hint][::-1] if hint else [])
         tiers = [
             list(mem["refs"].get((fname, p.name), [])),
             (list(p.enum) if p.type != "array" else []) + bank.by_key.get(p.name, [])[::-1],
-            # names of the right kind, those just listed first (they exist where we are now)
-            [v for v in bank.recent if hint and v in bank.names[hint]]
-            + (bank.names[hint][::-1] if hint else [])
-            + list(mem["refs"].get(("", p.name), []))
-            + similar,
+            named + list(mem["refs"].get(("", p.name), [])) + similar,
         ]
+        if hint:  # a file or folder parameter wants a name, best one that was just listed
+            tiers = [tiers[0], named, tiers[1]]
         for tier in tiers:
-            options = [v for v in tier if fits_param(v, p) and v not in bad]
+            options = [v for v in tier if fits_param(v, p) and v not in bad and _plausible(v, hint)]
             if options and rng.random() < 0.75:
                 # newest values first: prefer the head, but keep some spread
                 return options[min(int(rng.expovariate(0.7)), len(options) - 1)]
         anywhere = [v for vs in bank.by_key.values() for v in vs if fits_param(v, p) and v not in bad]
-        if anywhere and rng.random() < 0.3:
+        if anywhere and not hint and rng.random() < 0.3:
             return rng.choice(anywhere)
         return self._fresh(p, hint, rng)
 
@@ -318,7 +317,10 @@ class RuleExplorer:
         if p.type == "boolean":
             return rng.random() < 0.5
         if p.type == "array":
-            return [f"item_{n}"] if p.item_type == "string" else [n]
+            k = rng.randint(2, 4)
+            if p.item_type in ("integer", "float", "number"):
+                return [rng.randint(1, 99) if p.item_type == "integer" else float(rng.randint(1, 99)) for _ in range(k)]
+            return [f"item_{rng.randint(1, 99)}" for _ in range(k)]
         if p.type in ("dict", "object"):
             return {}
         if hint == "file":

@@ -1,5 +1,10 @@
 """SFT warm start: teach the policy the tool-call format from the pool's reference trajectories.
 
+Its data is the pool's own validated tasks only (``warm_start_tasks``: split ``train``):
+round 0 synthesized them by exploring training-scenario states, so their reference calls
+came from exploration, not from benchmark ground truth. Benchmark entries load with split
+``heldout`` and are refused.
+
 The trajectories are real episodes: ``ReplayPolicy`` plays each task's reference calls
 through the rollout engine against the environment, so the chats hold the environment's
 actual observations and exactly the message shapes the engine produces (all of a turn's
@@ -24,11 +29,26 @@ from coevolve.train.grpo import sft_loss, token_logprobs
 from coevolve.train.sequences import collate
 
 
+def warm_start_tasks(tasks: list[Task]) -> list[Task]:
+    """The tasks SFT may imitate: the pool's validated training tasks (split ``train``); a
+    benchmark entry (split ``heldout``) never qualifies. Raises if none of ``tasks`` does."""
+    chosen = [t for t in tasks if t.split == "train"]
+    if tasks and not chosen:
+        raise ValueError(
+            "SFT warm start: none of the tasks is a pool training task (split 'train'); the warm start "
+            "imitates only the pool's own validated tasks, never benchmark ground truth"
+        )
+    return chosen
+
+
 def reference_chats(env: Any, tasks: list[Task], *, step_limit: int, seed: int) -> list[Any]:
-    """The episodes (rollout ``EpisodeResult``s) of replaying each task's reference calls; tasks
-    whose replay earns no reward (a broken reference would teach wrong calls) are left out."""
+    """The episodes (rollout ``EpisodeResult``s) of replaying the reference calls of each of
+    ``warm_start_tasks(tasks)``; tasks whose replay earns no reward (a broken reference would
+    teach wrong calls) are left out."""
     from coevolve.policy.replay import ReplayPolicy
     from coevolve.rollout import run_episodes
+
+    tasks = warm_start_tasks(tasks)
 
     # the replay sends a turn's calls in one message; the engine must let all of them run
     longest = max((len(calls) for t in tasks for calls in t.reference_actions), default=0)

@@ -1,0 +1,63 @@
+"""Round 0: synthesize the seed pool from training-scenario states (no human data).
+
+The pool starts from nothing a human wrote for the benchmark. The environment offers the
+*states* of its training scenarios (``Environment.training_states``: BFCL's initial
+configuration, involved classes, tool docs, excluded functions; never a question, never a
+ground-truth call, nothing of a held-out scenario). Round 0 draws ``synth.scenarios`` of
+them with the run seed and explores each from ``synth.contexts_per_scenario`` coverage
+contexts (their focus tools together reach every tool of the scenario's classes; argument
+values come from the tool schemas, the state and the observations). The rest of round 0 is
+an ordinary round's tail: abstract -> validate (mechanical checks only: there is no trained
+policy yet) -> commit pool v1, whose tasks have ``origin = 'static'`` (the paper's "static
+synthetic data").
+
+    states = synthesis_states(cfg)                 # state-only tasks round 0 starts from
+    n = explore_static(store, cfg, run_id)         # ``explorations`` rows of round 0
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from coevolve.config import ConfigError, RunConfig
+from coevolve.registry import resolve
+from coevolve.store import Store
+from coevolve.tasks import Task
+
+STATIC = "static"  # signal_type of round-0 contexts and origin of the tasks they yield
+
+
+def synthesis_states(cfg: RunConfig, env: Any = None) -> list[Task]:
+    """The start states of round 0: ``synth.scenarios`` training scenarios drawn with the run
+    seed, one state-only task per (category in ``synth.categories``, scenario)."""
+    env = env or resolve("environment", cfg.env.name)()
+    if not hasattr(env, "training_states"):
+        raise ConfigError(
+            f"environment {cfg.env.name!r} offers no training states to synthesize a seed pool from "
+            "(it needs a training_states(heldout, seed, categories) method); commit a pool to the store first"
+        )
+    states = env.training_states(cfg.env.heldout_scenarios, cfg.seed, cfg.synth.categories)
+    scenarios = sorted({scenario_key(t) for t in states})
+    chosen = set(random.Random(f"synth/{cfg.seed}").sample(scenarios, min(cfg.synth.scenarios, len(scenarios))))
+    return [t for t in states if scenario_key(t) in chosen]
+
+
+def scenario_key(task: Task) -> str:
+    """The scenario a state-only task belongs to (its id's trailing index)."""
+    return task.task_id.rsplit("_", 1)[-1]
+
+
+def explore_static(store: Store, cfg: RunConfig, run_id: str) -> int:
+    """Explore round 0's coverage contexts; write ``explorations`` rows (round 0); return their count."""
+    from coevolve.explore import coverage_contexts, make_explorer, run_sessions, session_rows
+
+    env = resolve("environment", cfg.env.name)()
+    states = synthesis_states(cfg, env)
+    avoid = frozenset(cfg.validate_.blocked_functions)
+    rng = random.Random(f"{cfg.seed}/static-contexts")
+    contexts = coverage_contexts(states, len(states) * cfg.synth.contexts_per_scenario, rng, avoid, STATIC)
+    explorer = make_explorer(cfg, cfg.synth.explorer)
+    s = cfg.synth
+    sessions = run_sessions(explorer, contexts, env, s.runs_per_context, s.steps_per_run, cfg.seed)
+    return store.write("explorations", 0, f"{run_id}-explore", session_rows(run_id, sessions))

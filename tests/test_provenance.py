@@ -1,0 +1,115 @@
+"""Provenance: no BFCL-V3 question or ground-truth call ever reaches the training side.
+
+At load time every user question and every ground-truth call string of the BFCL data is
+replaced by a unique sentinel (the function docs and initial states stay real). Two rounds
+of the tiny config then run without Prefect, and no sentinel may appear in a training-side
+table (``tasks`` split train, ``explorations``, ``candidates``, ``rollouts`` phase train) nor
+in the SFT warm start's examples. On the code before round 0 synthesized the pool (seed
+tasks copied from BFCL entries), the sentinels fill the pool and this test fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from coevolve.config import load_config
+from coevolve.envs import bfcl_data
+
+TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+MARK = "sentinel"  # searched case-insensitively
+
+
+def _clear_caches() -> None:
+    for fn in (bfcl_data._category_tasks, bfcl_data._category_entries):
+        fn.cache_clear()
+
+
+@pytest.fixture
+def sentinel_data(monkeypatch):
+    """BFCL data whose questions and ground-truth calls are sentinels (states and docs real)."""
+    real = bfcl_data._read_jsonl
+    counter = itertools.count()
+
+    def read(path: Path) -> list[dict]:
+        rows = real(path)
+        if path.parent.name == "multi_turn_func_doc":
+            return rows
+        if path.parent.name == "possible_answer":
+            for row in rows:
+                row["ground_truth"] = [
+                    [f"sentinel_gt_{(n := next(counter))}(marker='SENTINEL_GT_{n}')" for _ in turn]
+                    for turn in row["ground_truth"]
+                ]
+            return rows
+        for row in rows:
+            for turn in row["question"]:
+                for msg in turn:
+                    msg["content"] = f"SENTINEL_Q_{next(counter)}"
+        return rows
+
+    _clear_caches()
+    monkeypatch.setattr(bfcl_data, "_read_jsonl", read)
+    yield
+    _clear_caches()
+
+
+def _leaks(table) -> list[str]:
+    text = [json.dumps(r, default=str) for r in table.to_pylist()]
+    return [t[:200] for t in text if MARK in t.lower()]
+
+
+def test_no_benchmark_question_or_ground_truth_reaches_the_training_side(sentinel_data, tmp_path, monkeypatch):
+    import coevolve.round as round_module
+    import coevolve.train.sft as sft
+    from coevolve.envs.bfcl import BfclEnvironment
+    from coevolve.round import run_rounds
+    from coevolve.store import Store
+
+    # the patch is in force: the benchmark as loaded is all sentinels
+    entry = BfclEnvironment().load_tasks(["multi_turn_base"], limit=1)[0]
+    assert entry.turns[0].startswith("SENTINEL_Q_") and entry.reference_actions[0][0]["name"].startswith("sentinel_gt_")
+
+    seen: dict[str, list] = {"episodes": [], "examples": []}
+    real_chats, real_sft = sft.reference_chats, sft.run_sft
+
+    def chats(env, tasks, **kw):
+        out = real_chats(env, tasks, **kw)
+        seen["episodes"] += out
+        return out
+
+    def run_sft(model, tokenizer, examples, **kw):
+        seen["examples"] += [tokenizer.decode(ids) for ids, _ in examples]
+        return real_sft(model, tokenizer, examples, **kw)
+
+    monkeypatch.setattr(sft, "reference_chats", chats)
+    monkeypatch.setattr(sft, "run_sft", run_sft)
+    # evaluation reads the benchmark by design and writes only phase-eval rows: not under test here
+    monkeypatch.setitem(round_module._STAGE_FUNCS, "evaluate", lambda ctx: {"eval_score": None})
+    cfg = load_config(TINY, {  # as small as a real run gets: 1 SFT and 1 GRPO step per round
+        "store": str(tmp_path / "store"), "rounds": 2, "train.checkpoint_dir": str(tmp_path / "ckpt"),
+        "train.steps": 1, "train.sft_steps": 1, "train.sft_batch_size": 1, "train.tasks_per_step": 1,
+        "train.group_size": 2, "env.step_limit": 1, "policy.max_new_tokens": 32, "abstract.max_turns": 1,
+    })
+    rows = run_rounds(cfg)
+    assert [r["round"] for r in rows] == [0, 1, 2]
+
+    store = Store(cfg.store)
+    tasks = store.read("tasks")
+    train_tasks = tasks.filter(pc.field("split") == "train")
+    assert train_tasks.num_rows >= 1 and set(train_tasks.column("origin").to_pylist()) <= {"static", "explored"}
+    assert tasks.num_rows == train_tasks.num_rows  # held-out tasks do not live in the pool
+    assert _leaks(train_tasks) == []
+    assert store.read("explorations").num_rows > 0 and _leaks(store.read("explorations")) == []
+    assert store.read("candidates").num_rows > 0 and _leaks(store.read("candidates")) == []
+    train_rollouts = store.read("rollouts").filter(pc.field("phase") == "train")
+    assert train_rollouts.num_rows > 0 and _leaks(train_rollouts) == []
+    # the SFT warm start ran on synthesized tasks only
+    assert seen["episodes"] and seen["examples"]
+    episodes = json.dumps([[r.task_id, r.steps] for r in seen["episodes"]], default=str)
+    assert MARK not in episodes.lower()
+    assert not [e for e in seen["examples"] if MARK in e.lower()]
