@@ -113,3 +113,48 @@ def test_no_benchmark_question_or_ground_truth_reaches_the_training_side(sentine
     episodes = json.dumps([[r.task_id, r.steps] for r in seen["episodes"]], default=str)
     assert MARK not in episodes.lower()
     assert not [e for e in seen["examples"] if MARK in e.lower()]
+
+
+def test_no_heldout_scenario_reaches_the_training_side(tmp_path, monkeypatch):
+    """Split at table level: every training-side row starts from a training scenario's state.
+
+    Held-out scenarios are listed explicitly here, chosen among the scenarios round 0 would
+    otherwise draw, so a leak cannot hide behind an unlucky draw.
+    """
+    import coevolve.round as round_module
+    from coevolve.round import run_rounds
+    from coevolve.store import Store
+
+    monkeypatch.setitem(round_module._STAGE_FUNCS, "evaluate", lambda ctx: {"eval_score": None})
+    from coevolve.synth import synthesis_states
+
+    probe = load_config(TINY, {"env.heldout_scenarios": []})
+    drawn = sorted({bfcl_data.scenario_of(t.task_id) for t in synthesis_states(probe)})
+    heldout = drawn[: len(drawn) // 2]
+    cfg = load_config(TINY, {
+        "store": str(tmp_path / "store"), "rounds": 1, "train.checkpoint_dir": str(tmp_path / "ckpt"),
+        "train.steps": 1, "train.sft_steps": 1, "train.sft_batch_size": 1, "train.tasks_per_step": 1,
+        "train.group_size": 2, "env.step_limit": 1, "policy.max_new_tokens": 32,
+        "env.heldout_scenarios": heldout,
+    })
+    run_rounds(cfg)
+    store = Store(cfg.store)
+    heldout_states = {
+        json.dumps(t.initial_state["initial_config"], sort_keys=True)
+        for t in bfcl_data.scenario_states(heldout)
+    }
+    training_states = {
+        json.dumps(t.initial_state["initial_config"], sort_keys=True)
+        for t in bfcl_data.scenario_states(bfcl_data.training_scenarios(frozenset(heldout)))
+    }
+    only_heldout = heldout_states - training_states
+    contexts = store.read("explorations").column("context_task_id").to_pylist()
+    assert contexts and not {bfcl_data.scenario_of(c) for c in contexts} & set(heldout)
+    for row in store.read("tasks").to_pylist():
+        assert bfcl_data.scenario_of(row["seed_task_id"]) not in heldout, row["task_id"]
+        state = json.loads(row["initial_state"])
+        assert json.dumps(state["initial_config"], sort_keys=True) not in only_heldout, row["task_id"]
+    rollouts = store.read("rollouts").filter(pc.field("phase") == "train")
+    pool_ids = set(store.read("tasks").column("task_id").to_pylist())
+    assert rollouts.num_rows > 0 and set(rollouts.column("task_id").to_pylist()) <= pool_ids
+
