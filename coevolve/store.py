@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import threading
@@ -297,7 +298,7 @@ class Store:
                     os.unlink(tmp)
             else:
                 os.replace(tmp, path)
-        return self._local_etag(path)
+        return hashlib.sha256(body).hexdigest()
 
     def get_json(self, key: str) -> tuple[Any, str] | None:
         """Return ``(document, etag)`` or ``None`` if absent."""
@@ -312,7 +313,7 @@ class Store:
             body = Path(path).read_bytes()
         except FileNotFoundError:
             return None
-        return json.loads(body), self._local_etag(path)
+        return json.loads(body), hashlib.sha256(body).hexdigest()
 
     def delete_json(self, key: str) -> None:
         """Remove a JSON document (absent is fine)."""
@@ -342,11 +343,12 @@ class Store:
 
     @staticmethod
     def _local_etag(path: str) -> str:
+        """A hash of the file's bytes ('' if absent). Not inode and mtime: a freed inode is
+        reused at once and mtimes are coarse, so two pointer bodies could share those."""
         try:
-            st = os.stat(path)
+            return hashlib.sha256(Path(path).read_bytes()).hexdigest()
         except FileNotFoundError:
             return ""
-        return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
 
     # ------------------------------------------------------------------ stage markers
     def stage_done(self, run_id: str, round: int, stage: str) -> dict | None:
@@ -420,6 +422,8 @@ class Store:
                 f"pool moved: expected parent v{expected_parent}, latest is v{current}; re-read and retry"
             )
         parent = self.pool_version(current) if current is not None else None
+        if parent is not None and not self.has_part("pool_versions", parent.round, f"v{parent.version:06d}"):
+            self.finish_commit(parent)  # a crash after its pointer swap left its row unwritten
         removed = list(removed)
         gone = set(removed)
         ids = [t for t in (parent.task_ids if parent else []) if t not in gone]
@@ -456,16 +460,21 @@ class Store:
         try:
             self.put_json(f"pool/v{version:06d}.json", manifest.__dict__, if_absent=True)
         except ConcurrentCommitError:
-            self._drop_part(round, part, new_tasks)  # only this attempt's own file
-            raise ConcurrentCommitError(
-                f"pool version v{version} was committed by another writer first; re-read and retry"
-            ) from None
+            there = self.get_json(f"pool/v{version:06d}.json")
+            if there is not None and there[0].get("attempt") == attempt:
+                pass  # ours after all: a retried request whose first try had succeeded
+            else:
+                self._drop_part(round, part, new_tasks)  # only this attempt's own file
+                raise ConcurrentCommitError(
+                    f"pool version v{version} was committed by another writer first; re-read and retry"
+                ) from None
         try:
             self._move_pointer(pointer, manifest)
         except ConcurrentCommitError:
-            now = self.get_json("pool/LATEST")
-            if now is not None and now[0]["version"] == version:
-                return self.finish_commit(manifest)  # another attempt of this commit adopted ours
+            if self._is_committed(version):
+                # a retried swap whose first try had succeeded, or another attempt of this
+                # commit adopted our manifest (and others may have committed on top since)
+                return self.finish_commit(manifest)
             # our parent is no longer the pointer, so no one can adopt this manifest any more
             self.delete_json(f"pool/v{version:06d}.json")
             self._drop_part(round, part, new_tasks)
@@ -485,6 +494,12 @@ class Store:
             if same and all(self._exists(f"{self.table_dir('tasks')}/{f}.parquet") for f in m.task_files):
                 return m
         return None
+
+    def _is_committed(self, version: int) -> bool:
+        v = self.latest_pool()
+        while v is not None and v.version > version and v.parent is not None:
+            v = self.pool_version(v.parent)
+        return v is not None and v.version == version
 
     def _move_pointer(self, pointer: tuple[Any, str] | None, manifest: PoolVersion) -> None:
         # run_id, attempt and time make every pointer body (and so its ETag) unique

@@ -12,6 +12,7 @@ from coevolve.cli import eval as _eval  # noqa: F401,E402
 from coevolve.cli import validate as _validate  # noqa: F401,E402
 from coevolve.cli import policy as _policy  # noqa: F401,E402
 from coevolve.cli import train as _train  # noqa: F401,E402
+from coevolve.cli import reliability as _reliability  # noqa: F401,E402
 
 
 def main() -> None:
