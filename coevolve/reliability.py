@@ -342,11 +342,14 @@ def committer(store_uri: str, endpoint: str, run_id: str, tag: str, n: int, go: 
 
 def concurrent_scenario(name: str, store_uri: str, endpoint: str, cc: CampaignConfig, work: Path,
                         log: Callable[[str], None], env: dict | None = None,
-                        modes: tuple[str, ...] = ("same-run-id", "own-run-ids")) -> ScenarioResult:
+                        modes: tuple[str, ...] = ("same-run-id", "own-run-ids"),
+                        check_endpoint: str | None = None) -> ScenarioResult:
+    """``procs`` processes commit at once through ``endpoint``; the checks read through
+    ``check_endpoint`` (default the same: a faulty proxy's tests check behind it)."""
     from coevolve.store import Store
 
     res = ScenarioResult(name)
-    store = Store(store_uri, endpoint_url=endpoint)
+    store = Store(store_uri, endpoint_url=check_endpoint or endpoint)
     store.commit_pool(run_id="seed", round=0, new_tasks=[{"task_id": "seed"}], expected_parent=None)
     wanted: dict[str, list[str]] = {}
     for mode in modes:
@@ -539,7 +542,8 @@ def fault_scenario(cc: CampaignConfig, moto: MotoS3, work: Path, log: Callable[[
     proxy = FaultProxy(moto.url, cc.fault_rate, seed=cc.seed)
     try:
         bucket = moto.bucket("faults")
-        res = concurrent_scenario("s3-faults", f"s3://{bucket}/commits", proxy.url, cc, work, log)
+        res = concurrent_scenario("s3-faults", f"s3://{bucket}/commits", proxy.url, cc, work, log,
+                                  check_endpoint=moto.url)
         if cc.fault_rounds:
             base = {**cc.overrides, "rounds": cc.fault_rounds}
             ref_store = work / "kill-reference"  # the kill scenario's reference run, when it ran
@@ -672,9 +676,13 @@ def run_campaign(cc: CampaignConfig, log: Callable[[str], None] = print) -> list
         for name in cc.scenarios:
             t0 = time.perf_counter()
             log(f"== {name}")
-            res = scenarios[name]()
+            try:
+                res = scenarios[name]()
+            except Exception as exc:  # noqa: BLE001 - one broken scenario must not hide the others
+                res = ScenarioResult(name, notes=[f"scenario crashed: {type(exc).__name__}: {str(exc)[:300]}"])
             res.seconds = time.perf_counter() - t0
             results.append(res)
+            log(format_table([res]))
     finally:
         if moto is not None:
             moto.stop()

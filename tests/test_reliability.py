@@ -48,19 +48,20 @@ def test_processes_committing_at_once_lose_nothing_local_and_s3(tmp_path, s3_end
     local = concurrent_scenario("local", str(tmp_path / "pool"), "", cc, tmp_path, log=print)
     _assert_clean(local)
     assert local.tried == 12  # 3 processes x 2 commits x (shared run id, own run ids)
-    s3 = concurrent_scenario("s3", f"s3://{s3_bucket}/pool", s3_endpoint, cc, tmp_path, log=print)
+    s3 = concurrent_scenario("s3", f"s3://{s3_bucket}/pool", s3_endpoint, CampaignConfig(procs=2, commits=2),
+                             tmp_path, log=print, modes=("same-run-id",))
     _assert_clean(s3)
 
 
 def test_commits_through_a_faulty_s3_proxy_lose_nothing(tmp_path, s3_endpoint, s3_bucket):
-    proxy = FaultProxy(s3_endpoint, rate=0.15, seed=1, slow_s=0.3)
+    proxy = FaultProxy(s3_endpoint, rate=0.2, seed=1, slow_s=0.2)
     try:
         res = concurrent_scenario("faults", f"s3://{s3_bucket}/pool", proxy.url, CampaignConfig(procs=2, commits=2),
-                                  tmp_path, log=print, modes=("same-run-id",))
+                                  tmp_path, log=print, modes=("same-run-id",), check_endpoint=s3_endpoint)
     finally:
         proxy.close()
     _assert_clean(res)
-    assert sum(v for k, v in proxy.counts.items() if k != "ok") > 5, proxy.counts  # faults did happen
+    assert sum(v for k, v in proxy.counts.items() if k != "ok") >= 3, proxy.counts  # faults did happen
 
 
 def test_fuzzed_outputs_raise_nothing():
