@@ -38,7 +38,7 @@ def bench_reliability(
         overrides={**SMALL_RUN, **parse_sets(set_)}, rounds=rounds, kills=kills, procs=procs, commits=commits,
         fault_rate=fault_rate, fault_rounds=fault_rounds, fuzz=fuzz, seed=seed, workdir=workdir,
     )
-    results = run_campaign(cc, log=lambda line: console.print(f"[dim]{line}[/dim]"))
-    console.print(format_table(results), markup=False, highlight=False)
+    results = run_campaign(cc, log=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+    print(format_table(results), flush=True)  # plain: never wrapped to the terminal's width
     if not all(r.ok for r in results):
         raise typer.Exit(1)
