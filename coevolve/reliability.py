@@ -656,8 +656,11 @@ def _leftovers() -> list[Any]:
 
 def run_campaign(cc: CampaignConfig, log: Callable[[str], None] = print) -> list[ScenarioResult]:
     """Run the scenarios of ``cc``; returns one result per scenario."""
-    work = Path(cc.workdir) if cc.workdir else Path(tempfile.mkdtemp(prefix="coevolve-chaos-"))
+    work = Path(cc.workdir).resolve() if cc.workdir else Path(tempfile.mkdtemp(prefix="coevolve-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
+    if cc.config and not Path(cc.config).is_absolute():  # children run from the repository root
+        here, repo = Path(cc.config).resolve(), Path(__file__).resolve().parents[1] / cc.config
+        cc.config = str(here if here.is_file() else repo)
     results: list[ScenarioResult] = []
     moto = MotoS3() if {"concurrent-s3", "s3-faults"} & set(cc.scenarios) else None
     scenarios: dict[str, Callable[[], ScenarioResult]] = {
