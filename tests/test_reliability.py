@@ -9,9 +9,9 @@ import psutil
 import pytest
 
 from coevolve.reliability import (
-    CampaignConfig, FaultProxy, ScenarioResult, concurrent_scenario, format_table, fuzz_outputs,
-    kill_scenario, sample_points,
+    CampaignConfig, ScenarioResult, concurrent_scenario, format_table, fuzz_outputs, kill_scenario, sample_points,
 )
+from coevolve.s3_faults import FaultProxy
 
 CHEAP_RUN = {
     "train.backend": "chaos_plugins:copy_trainer", "env.train_limit": 2, "env.heldout_limit": 0,
