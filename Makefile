@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench chaos clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The fault campaign (kills, concurrent commits, S3 faults, fuzz): long on 2 cores; size it with ARGS,
+# e.g. make chaos ARGS="--kills 5 --fuzz 100000".
+chaos: $(STAMP)
+	$(BIN)/coevolve bench reliability $(ARGS)
 
 clean:
 	rm -rf $(VENV) .coevolve

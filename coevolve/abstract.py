@@ -77,28 +77,34 @@ def _json_object(text: str) -> Any:
 
 
 def check_spec(obj: Any, docs: dict[str, dict[str, Any]], max_turns: int) -> tuple[list[str], list[list[Call]]]:
-    """``(turns, reference)`` from an LLM's JSON answer, or ``ValueError`` saying what is wrong."""
+    """``(turns, reference)`` from an LLM's JSON answer, or ``ValueError`` saying what is wrong.
+
+    ``obj`` may be any JSON value: every shape other than the schema's is a ``ValueError``."""
     if not isinstance(obj, dict) or not isinstance(obj.get("turns"), list):
-        raise ValueError("'turns' must be a list")
+        raise ValueError("the answer must be an object whose 'turns' is a list")
     if not 1 <= len(obj["turns"]) <= max_turns:
         raise ValueError(f"needs 1 to {max_turns} turns, got {len(obj['turns'])}")
     turns, reference = [], []
     for i, turn in enumerate(obj["turns"]):
         if not isinstance(turn, dict):
-            raise ValueError(f"turn {i} must be an object")
+            raise ValueError(f"turn {i} must be an object, got {type(turn).__name__}")
         text, calls = turn.get("instruction"), turn.get("calls")
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"turn {i} needs a non-empty 'instruction'")
         if not isinstance(calls, list) or not calls:
             raise ValueError(f"turn {i} needs a non-empty list of 'calls'")
-        for call in calls:
-            name = call.get("name") if isinstance(call, dict) else call
-            if name not in docs:
+        checked = []
+        for j, call in enumerate(calls):
+            if not isinstance(call, dict):
+                raise ValueError(f"turn {i} call {j} must be an object, got {type(call).__name__}")
+            name, arguments = call.get("name"), call.get("arguments", {})
+            if not isinstance(name, str) or name not in docs:
                 raise ValueError(f"turn {i}: unknown function {str(name)[:60]!r}")
-            if not isinstance(call.get("arguments", {}), dict):
-                raise ValueError(f"turn {i}: arguments of {call['name']} must be an object")
+            if not isinstance(arguments, dict):
+                raise ValueError(f"turn {i}: arguments of {name} must be an object")
+            checked.append({"name": name, "arguments": arguments})
         turns.append(text.strip())
-        reference.append([{"name": c["name"], "arguments": c.get("arguments", {})} for c in calls])
+        reference.append(checked)
     return turns, reference
 
 

@@ -11,6 +11,7 @@ environment variables, LLM API keys from the variable named by ``api_key_env``.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -98,7 +99,12 @@ class PolicyConfig:
 @dataclass
 class TrainConfig:
     backend: str = _help("Trainer plug-in: 'local' (torch, CPU or one GPU) or 'verl' (Ray cluster).", "local")
-    checkpoint_dir: str = _help("Local directory of per-round Hugging Face checkpoints.", ".coevolve/checkpoints")
+    checkpoint_dir: str = _help(
+        "Where per-round checkpoints live: empty = with the store (<store>/checkpoints/<run>/round=<r>, "
+        "local or S3), or an explicit local directory or s3:// URI (then keyed by store, run and round, "
+        "so two stores never share one). See coevolve/checkpoints.py.",
+        "",
+    )
     sft_steps: int = _help(
         "SFT warm-start steps on reference trajectories of the pool, run when training starts from the "
         "base model (0 = off).",
@@ -387,6 +393,44 @@ class AblateConfig:
 class S3Config:
     endpoint_url: str = _help("S3 endpoint (empty = AWS, or AWS_ENDPOINT_URL).", "")
     region: str = _help("S3 region (empty = AWS_REGION / AWS_DEFAULT_REGION / us-east-1).", "")
+    retry_mode: str = _help(
+        "botocore retry mode of the S3 client: 'standard' or 'adaptive' (adds client-side rate limiting); "
+        "pyarrow's S3 file system uses its standard strategy with the same attempt count.",
+        "standard",
+    )
+    max_attempts: int = _help("Attempts per S3 request, the first included (transient errors and 5xx are retried).", 5)
+    connect_timeout_s: float = _help("S3 connect timeout, seconds.", 5.0)
+    read_timeout_s: float = _help("S3 read (request) timeout, seconds.", 60.0)
+
+    def validate(self) -> None:
+        if self.retry_mode not in ("standard", "adaptive"):
+            raise ConfigError(f"s3.retry_mode must be 'standard' or 'adaptive', not {self.retry_mode!r}")
+        if self.max_attempts < 1:
+            raise ConfigError("s3.max_attempts must be >= 1 (1 = no retries)")
+        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise ConfigError("s3.connect_timeout_s and s3.read_timeout_s must be > 0")
+
+
+# a run name becomes a path segment and an S3 key segment: letters, digits, '.', '_', '-',
+# starting with a letter or digit (so never '.', '..' or a hidden name)
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
+def check_location(value: str, where: str) -> None:
+    """A store or checkpoint location: a local path or ``s3://bucket/prefix`` whose prefix
+    cannot climb out of its bucket (no '.' / '..' segments, no empty segments)."""
+    if not value or any(ord(c) < 32 for c in value):
+        raise ConfigError(f"{where}: {value!r} must be a non-empty path without control characters")
+    if value.startswith("s3://"):
+        bucket, _, prefix = value[len("s3://"):].partition("/")
+        if not _BUCKET.fullmatch(bucket):
+            raise ConfigError(f"{where}: {value!r} names no valid bucket (lowercase letters, digits, '.', '-')")
+        parts = prefix.rstrip("/").split("/") if prefix.rstrip("/") else []
+        if any(p in ("", ".", "..") for p in parts):
+            raise ConfigError(f"{where}: {value!r}: the key prefix may not hold '', '.' or '..' segments")
+    elif "://" in value:
+        raise ConfigError(f"{where}: {value!r}: only local paths and s3:// URIs are supported")
 
 
 # --------------------------------------------------------------------------- the run
@@ -411,8 +455,14 @@ class RunConfig:
     def check(self) -> "RunConfig":
         if self.rounds < 1:
             raise ConfigError("rounds must be >= 1")
-        if not self.run_name or "/" in self.run_name:
-            raise ConfigError(f"run_name must be a non-empty name without '/', not {self.run_name!r}")
+        if not isinstance(self.run_name, str) or not RUN_NAME.fullmatch(self.run_name):
+            raise ConfigError(
+                f"run_name {self.run_name!r} is not a safe name: use 1-128 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit (it becomes a directory and an S3 key)"
+            )
+        check_location(self.store, "store")
+        if self.train.checkpoint_dir:
+            check_location(self.train.checkpoint_dir, "train.checkpoint_dir")
         for f in dataclasses.fields(self):
             sub = getattr(self, f.name)
             if dataclasses.is_dataclass(sub) and hasattr(sub, "validate"):

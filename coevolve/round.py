@@ -19,6 +19,7 @@ duplicates rows. Prefect flows (``flows/``) call ``round_stages``, ``run_stage``
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,7 +28,7 @@ from typing import Any, Callable
 import pyarrow.dataset as ds
 
 from coevolve.config import RunConfig
-from coevolve.store import Store
+from coevolve.store import ConcurrentCommitError, S3Client, Store
 from coevolve.tasks import Task
 
 log = logging.getLogger("coevolve.round")
@@ -64,22 +65,33 @@ class RoundContext:
     def marker(self, stage: str) -> dict | None:
         return self.store.stage_done(self.run_id, self.round, stage)
 
-    def policy_in(self) -> str:
-        """The policy this round starts from: the previous round's checkpoint, or the base model."""
+    def policy_in_ref(self) -> str:
+        """The policy this round starts from, as recorded: the latest earlier round's checkpoint
+        reference (``coevolve.checkpoints``), or the base model's name."""
         for r in range(self.round - 1, 0, -1):
             done = self.store.stage_done(self.run_id, r, "train")
             if done:
                 return done["checkpoint"]
         return self.cfg.policy.model
 
+    def policy_in(self) -> str:
+        """The policy this round starts from, loadable here: the previous round's checkpoint
+        (downloaded from the store's lineage if remote), or the base model."""
+        return self._local(self.policy_in_ref())
+
     def policy_out(self) -> str:
         done = self.marker("train")
-        return done["checkpoint"] if done else self.policy_in()
+        return self._local(done["checkpoint"]) if done else self.policy_in()
+
+    def _local(self, ref: str) -> str:
+        from coevolve.checkpoints import materialize
+
+        return ref if ref == self.cfg.policy.model else materialize(self.store, self.cfg, ref)
 
 
 # ----------------------------------------------------------------------------- seeding
 def open_run_store(cfg: RunConfig) -> Store:
-    store = Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region)
+    store = Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region, client=S3Client.of(cfg.s3))
     store.check_reachable()
     return store
 
@@ -130,9 +142,11 @@ def _feedback_off(ctx: RoundContext) -> bool:
 def _train(ctx: RoundContext) -> dict:
     from coevolve.train import train_round
 
+    from coevolve.checkpoints import publish
+
     result = train_round(ctx.store, ctx.cfg, ctx.run_id, ctx.round, ctx.policy_in(), pool_tasks(ctx.store, "train"))
     return {
-        "checkpoint": result.checkpoint,
+        "checkpoint": publish(ctx.store, ctx.cfg, ctx.run_id, ctx.round, result.checkpoint),
         "n_rollouts": result.n_rollouts,
         "train_reward": result.mean_reward,
         "train_success": result.success_rate,
@@ -179,11 +193,15 @@ def _validate(ctx: RoundContext) -> dict:
     return summarize_candidates(table)
 
 
+COMMIT_ATTEMPTS = 8  # pool commits retried on ConcurrentCommitError before the stage fails
+
+
 def _commit(ctx: RoundContext) -> dict:
-    latest = ctx.store.latest_pool()
-    if latest is not None and latest.round == ctx.round and latest.run_id == ctx.run_id:
-        # committed before a crash that came ahead of the marker: nothing to redo
-        return {"pool_version": latest.version, "pool_size": _train_size(ctx.store), "added": len(latest.added)}
+    done = ctx.store.committed_version(ctx.run_id, ctx.round)
+    if done is not None:
+        # committed before a crash that came ahead of the marker: only its row may be missing
+        ctx.store.finish_commit(done)
+        return {"pool_version": done.version, "pool_size": _train_size(ctx.store), "added": len(done.added)}
     cands = ctx.store.read(
         "candidates",
         filter=(ds.field("run_id") == ctx.run_id) & (ds.field("round") == ctx.round) & (ds.field("verdict") == "accepted"),
@@ -199,9 +217,17 @@ def _commit(ctx: RoundContext) -> dict:
         task = Task.from_json(spec)
         task.run_id, task.created_round, task.split = ctx.run_id, ctx.round, "train"
         rows.append(task.to_row())
-    version = ctx.store.commit_pool(
-        run_id=ctx.run_id, round=ctx.round, new_tasks=rows, expected_parent=latest.version if latest else None
-    )
+    for attempt in range(COMMIT_ATTEMPTS):  # other runs may commit to the same store meanwhile
+        latest = ctx.store.latest_pool()
+        try:
+            version = ctx.store.commit_pool(
+                run_id=ctx.run_id, round=ctx.round, new_tasks=rows, expected_parent=latest.version if latest else None
+            )
+            break
+        except ConcurrentCommitError:
+            if attempt == COMMIT_ATTEMPTS - 1:
+                raise
+            time.sleep(random.uniform(0.05, 0.5) * (attempt + 1))
     return {"pool_version": version.version, "pool_size": _train_size(ctx.store), "added": len(rows)}
 
 
@@ -257,7 +283,7 @@ def record_round(store: Store, cfg: RunConfig, round: int) -> dict:
     m = {stage: store.stage_done(cfg.run_name, round, stage) or {} for stage in STAGES}
     row: dict[str, Any] = {
         "run_id": cfg.run_name,
-        "policy_in": RoundContext(store, cfg, round).policy_in(),
+        "policy_in": RoundContext(store, cfg, round).policy_in_ref(),
         "policy_out": m["train"].get("checkpoint"),
         "pool_version": m["commit"].get("pool_version"),
         "pool_size": m["commit"].get("pool_size"),

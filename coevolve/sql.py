@@ -44,8 +44,13 @@ def connect(store: Store, memory_limit: str | None = None, threads: int | None =
     if store.is_s3:
         con.register_filesystem(_s3_wrapper(store))
     for table in TABLES:
-        if _has_files(store, table):
-            source = _quote(f"{store.table_uri(table)}/*/*.parquet")
+        if table == "tasks":  # exactly the files committed pool manifests list
+            scheme = "s3://" if store.is_s3 else ""
+            files = [_quote(scheme + f) for f in store.table_files(table)]
+            source = f"[{', '.join(files)}]" if files else ""
+        else:
+            source = _quote(f"{store.table_uri(table)}/*/*.parquet") if _has_files(store, table) else ""
+        if source:
             con.execute((SQL_DIR / "views" / f"{table}.sql").read_text().replace("{{source}}", source))
         else:
             empty = TABLES[table].append(pa.field("round", pa.int32())).empty_table()

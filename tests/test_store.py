@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 
 import pyarrow.dataset as ds
@@ -92,3 +95,114 @@ def test_conditional_json_writes(store):
 def test_unreachable_s3_store_fails_fast(s3_endpoint):
     with pytest.raises(StoreError, match="unreachable"):
         Store("s3://no-such-bucket-here/x", endpoint_url=s3_endpoint).check_reachable()
+
+
+# ----------------------------------------------------------------------------- commit protocol (issue 14)
+def _race(first: Store, second: Store, run_first: str, run_second: str) -> None:
+    """``first`` commits on v1; while its tasks are written (after it read the pointer),
+    ``second`` commits a whole version on v1. ``first`` must lose cleanly."""
+    original = first.write
+
+    def write_then_race(table, round, part, rows):
+        n = original(table, round, part, rows)
+        if table == "tasks":
+            first.write = original
+            second.commit_pool(run_id=run_second, round=1, new_tasks=[{"task_id": "won"}], expected_parent=1)
+        return n
+
+    first.write = write_then_race
+    with pytest.raises(ConcurrentCommitError):
+        first.commit_pool(run_id=run_first, round=1, new_tasks=[{"task_id": "lost"}], expected_parent=1)
+
+
+@pytest.mark.parametrize("runs", [("r", "r"), ("a", "a2")], ids=["same-run-id", "prefix-run-ids"])
+def test_a_losing_commit_never_touches_the_winners_files(tmp_path, runs):
+    root = str(tmp_path / "store")
+    Store(root).commit_pool(run_id="seed", round=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
+    _race(Store(root), Store(root), *runs)
+    store = Store(root)
+    assert store.pool_tasks().column("task_id").to_pylist() == ["s", "won"]
+    assert sorted(store.read("tasks").column("task_id").to_pylist()) == ["s", "won"]
+    # the loser retries on the new latest and both commits stand
+    store.commit_pool(run_id=runs[0], round=1, new_tasks=[{"task_id": "lost"}], expected_parent=2)
+    assert store.pool_tasks().column("task_id").to_pylist() == ["s", "won", "lost"]
+    assert [store.pool_tasks(v).num_rows for v in store.pool_versions()] == [1, 2, 3]
+
+
+def _commit_until_done(store: Store, run_id: str, task_id: str) -> None:
+    while True:
+        latest = store.latest_pool()
+        try:
+            store.commit_pool(run_id=run_id, round=1, new_tasks=[{"task_id": task_id}], expected_parent=latest.version)
+            return
+        except ConcurrentCommitError:
+            continue
+
+
+def test_threads_with_one_run_id_lose_no_commit(store):
+    """Two (and more) threads committing with one run id: every commit lands, every version reads."""
+    store.commit_pool(run_id="seed", round=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
+    stores = [store] + [Store(store.uri, endpoint_url=store.s3_settings.get("endpoint_url", "")) for _ in range(3)]
+    threads = [threading.Thread(target=_commit_until_done, args=(s, "same", f"t{i}")) for i, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = store.pool_tasks().column("task_id").to_pylist()
+    assert sorted(ids) == ["s", "t0", "t1", "t2", "t3"]
+    assert sorted(store.read("tasks").column("task_id").to_pylist()) == sorted(ids)
+    for v in store.pool_versions():
+        assert store.pool_tasks(v).num_rows == len(store.pool_version(v).task_ids)
+
+
+_KILL_BEFORE_POINTER = """
+import os, signal, sys
+from coevolve.store import Store
+Store._move_pointer = lambda self, pointer, manifest: os.kill(os.getpid(), signal.SIGKILL)
+Store(sys.argv[1]).commit_pool(run_id="run", round=1, new_tasks=[{"task_id": "x"}], expected_parent=1)
+"""
+
+
+def _killed_commit(root: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", _KILL_BEFORE_POINTER, root], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+
+
+def test_kill_between_manifest_and_pointer_then_resume_adopts(tmp_path):
+    root = str(tmp_path / "store")
+    store = Store(root)
+    store.commit_pool(run_id="run", round=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
+    _killed_commit(root)
+    assert store.manifest_versions() == [1, 2] and store.pool_versions() == [1]  # an orphan, unread
+    assert store.read("tasks").column("task_id").to_pylist() == ["s"]
+    # resume: the same commit again adopts the orphan instead of colliding with it
+    v = store.commit_pool(run_id="run", round=1, new_tasks=[{"task_id": "x"}], expected_parent=1)
+    assert v.version == 2 and store.pool_versions() == [1, 2]
+    assert store.pool_tasks().column("task_id").to_pylist() == ["s", "x"]
+    assert store.read("pool_versions").column("version").to_pylist() == [1, 2]
+
+
+def test_kill_between_manifest_and_pointer_then_other_writers_number_past(tmp_path):
+    root = str(tmp_path / "store")
+    store = Store(root)
+    store.commit_pool(run_id="run", round=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
+    _killed_commit(root)
+    other = store.commit_pool(run_id="other", round=1, new_tasks=[{"task_id": "o"}], expected_parent=1)
+    assert other.version == 3 and other.parent == 1
+    # the killed run resumes on the new latest; its orphan is never adopted nor read
+    again = store.commit_pool(run_id="run", round=1, new_tasks=[{"task_id": "x"}], expected_parent=3)
+    assert (again.version, again.parent) == (4, 3)
+    assert store.pool_versions() == [1, 3, 4]
+    assert store.pool_tasks().column("task_id").to_pylist() == ["s", "o", "x"]
+    assert sorted(store.read("tasks").column("task_id").to_pylist()) == ["o", "s", "x"]
+    assert store.committed_version("run", 1).version == 4
+
+
+def test_store_s3_client_settings_reach_boto3(s3_endpoint):
+    from coevolve.store import S3Client
+
+    store = Store("s3://b/p", endpoint_url=s3_endpoint, client=S3Client(retry_mode="adaptive", max_attempts=7,
+                                                                          connect_timeout_s=2, read_timeout_s=9))
+    cfg = store._s3.meta.config
+    assert cfg.retries == {"mode": "adaptive", "total_max_attempts": 7}
+    assert (cfg.connect_timeout, cfg.read_timeout) == (2, 9)

@@ -6,14 +6,25 @@
 
 When the store has no pool, round 0 first synthesizes the seed pool from training-scenario
 states (explore -> abstract -> validate -> commit, no model); it shows as round 0 in the live
-status and the summary. With no PREFECT_API_URL set, Prefect starts its ephemeral API for the duration of the run;
-with one set (``prefect server start``), the run shows up in the UI.
+status and the summary.
+
+With no PREFECT_API_URL set, the run starts Prefect's API itself for its duration, as a
+child process that dies with it even when the run is killed with SIGKILL (the kernel's
+parent-death signal; Prefect's own ephemeral server would outlive a killed run); with one
+set (``prefect server start``), the run shows up in the UI.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import signal
+import socket
+import subprocess
+import sys
 import time
+from typing import Iterator
 
 import typer
 
@@ -96,6 +107,73 @@ def summary_tables(rows: list[dict]):
     return out
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the forked child, before exec: SIGKILL me when my parent dies (Linux prctl)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the atexit stop below still covers clean exits
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def prefect_api(timeout_s: float = 120.0) -> Iterator[str | None]:
+    """Prefect's API for one run: the configured one, or a private server that lives exactly
+    as long as this process (stopped on exit, SIGKILLed by the kernel if we are killed).
+    Yields the API URL (None when PREFECT_API_URL is already set)."""
+    if os.environ.get("PREFECT_API_URL"):
+        yield None
+        return
+    import httpx
+    import prefect
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
+         "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+         "--log-level", "error", "--lifespan", "on"],
+        env={**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"},
+        preexec_fn=_die_with_parent,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"the Prefect API server exited with code {server.returncode} while starting")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Prefect API server did not answer on {url} within {timeout_s:.0f}s")
+            time.sleep(0.2)
+        with temporary_settings({PREFECT_API_URL: url}):
+            os.environ["PREFECT_API_URL"] = url  # for any child process of the run
+            try:
+                yield url
+            finally:
+                os.environ.pop("PREFECT_API_URL", None)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
 @app.command()
 def run(
     config: str = typer.Option(None, "--config", "-c", help="YAML run config (default: the embedded default)."),
@@ -125,7 +203,7 @@ def run(
     status = StageStatus()
     remove = add_listener(status)
     try:
-        with Live(status, console=console, refresh_per_second=4, transient=False):
+        with prefect_api(), Live(status, console=console, refresh_per_second=4, transient=False):
             rows = evolve(config=config, overrides={k: v for k, v in overrides.items() if v is not None})
     finally:
         remove()

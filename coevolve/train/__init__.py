@@ -37,8 +37,11 @@ class TrainResult:
 
 
 def checkpoint_path(cfg: "RunConfig", run_id: str, round: int) -> str:
-    """Where round ``round`` of run ``run_id`` saves its policy."""
-    return f"{cfg.train.checkpoint_dir.rstrip('/')}/{run_id}/round-{round}"
+    """The local directory round ``round`` of run ``run_id`` saves its policy to (with the
+    store, or in the local cache of a remote location: see ``coevolve.checkpoints``)."""
+    from coevolve.checkpoints import local_dir
+
+    return local_dir(cfg, run_id, round)
 
 
 def train_round(

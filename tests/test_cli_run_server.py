@@ -1,0 +1,43 @@
+"""A `coevolve run` killed with SIGKILL takes the Prefect API server it started with it (issue 14)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sigkilled_run_leaves_no_prefect_server(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1", PREFECT_HOME=str(tmp_path / "prefect"))
+    cmd = [sys.executable, "-m", "coevolve.cli", "run", "--config", "configs/tiny.yaml", "--store", str(tmp_path / "s")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        server = None
+        deadline = time.time() + 120
+        while server is None and proc.poll() is None and time.time() < deadline:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                try:
+                    if "uvicorn" in " ".join(child.cmdline()):
+                        server = child
+                except psutil.Error:
+                    continue
+            time.sleep(0.2)
+        assert server is not None, "the run never started a Prefect API server"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        gone, alive = psutil.wait_procs([server], timeout=15)
+        for p in alive:  # a failing run of this test must not leave the orphan either
+            p.kill()
+        assert not alive, f"Prefect server {server.pid} outlived the killed run"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
