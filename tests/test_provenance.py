@@ -128,7 +128,7 @@ def test_no_heldout_scenario_reaches_the_training_side(tmp_path, monkeypatch):
     monkeypatch.setitem(round_module._STAGE_FUNCS, "evaluate", lambda ctx: {"eval_score": None})
     from coevolve.synth import synthesis_states
 
-    probe = load_config(TINY, {"env.heldout_scenarios": []})
+    probe = load_config(TINY, {"env.heldout_scenarios": [], "eval.scenarios": 0})
     drawn = sorted({bfcl_data.scenario_of(t.task_id) for t in synthesis_states(probe)})
     heldout = drawn[: len(drawn) // 2]
     cfg = load_config(TINY, {
@@ -149,12 +149,16 @@ def test_no_heldout_scenario_reaches_the_training_side(tmp_path, monkeypatch):
     }
     only_heldout = heldout_states - training_states
     contexts = store.read("explorations").column("context_task_id").to_pylist()
-    assert contexts and not {bfcl_data.scenario_of(c) for c in contexts} & set(heldout)
+    assert contexts and not {_scenario(c) for c in contexts} & set(heldout)
     for row in store.read("tasks").to_pylist():
-        assert bfcl_data.scenario_of(row["seed_task_id"]) not in heldout, row["task_id"]
+        assert _scenario(row["seed_task_id"]) not in heldout, row["task_id"]
         state = json.loads(row["initial_state"])
         assert json.dumps(state["initial_config"], sort_keys=True) not in only_heldout, row["task_id"]
     rollouts = store.read("rollouts").filter(pc.field("phase") == "train")
     pool_ids = set(store.read("tasks").column("task_id").to_pylist())
     assert rollouts.num_rows > 0 and set(rollouts.column("task_id").to_pylist()) <= pool_ids
 
+
+def _scenario(task_id: str) -> int:
+    """The scenario a (possibly derived, ``<root>~x<round>.<hash>``) task id starts from."""
+    return bfcl_data.scenario_of(task_id.split("~")[0])
