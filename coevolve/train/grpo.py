@@ -75,14 +75,18 @@ def clipped_pg_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped surrogate on assistant tokens, averaged per token.
 
-    ``logp`` [B, T] (with grad), ``old_logp`` [B, T] (the sampling policy, no grad),
-    ``advantages`` [B] (one per sequence, broadcast over its tokens), ``mask`` [B, T].
+    ``logp`` [B, T] (with grad), ``old_logp`` [B, T] (the behaviour policy's log-probs recorded
+    at sampling time, no grad), ``advantages`` [B] (one per sequence, broadcast over its
+    tokens) or [B, T], ``mask`` [B, T]. Flat [N] tensors of sampled tokens work the same way
+    (``advantages`` [N]).
     Returns the scalar loss to minimize and stats: ``clip_frac`` (share of tokens whose
     ratio was clipped) and ``ratio`` (mean policy ratio).
     """
     mask = mask.to(logp.dtype)
     ratio = torch.exp(logp - old_logp)
-    adv = advantages.to(logp.dtype).unsqueeze(-1)
+    adv = advantages.to(logp.dtype)
+    if adv.shape != logp.shape:
+        adv = adv.unsqueeze(-1)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
     loss = masked_mean(-torch.minimum(unclipped, clipped), mask, denom)
