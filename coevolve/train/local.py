@@ -184,43 +184,65 @@ class GrpoTrainer:
         size = t.micro_batch_size
         batches = [pack(seqs[i : i + size], self.pad_id, advs[i : i + size]) for i in range(0, len(seqs), size)]
         n_trained = sum(int(b["targets"].numel()) for b in batches)
-        denom = float(n_trained) or 1.0
         refs = [self._reference_logprobs(b) for b in batches] if t.kl_coef > 0 else None
         out = []
         for epoch in range(t.ppo_epochs):
-            started = time.perf_counter()
-            self.model.train()
-            self.optimizer.zero_grad(set_to_none=True)
-            stats = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
-            for k, batch in enumerate(batches):
-                logp = sampled_logprobs(self.model, batch, self.temperature)
-                ones = torch.ones_like(logp)
-                pg, info = clipped_pg_loss(logp, batch["old_logp"], batch["adv"], ones, t.clip_eps, denom=denom)
-                loss = pg
-                if refs is not None:
-                    kl = kl_penalty(logp, refs[k], ones, denom=denom)
-                    loss = loss + t.kl_coef * kl
-                    stats["kl"] += kl.item()
-                loss.backward()
-                share = logp.numel() / denom
-                stats["loss"] += loss.item()
-                stats["pg_loss"] += pg.item()
-                stats["clip_frac"] += info["clip_frac"] * share
-                stats["ratio_mean"] += info["ratio"] * share
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.max_grad_norm)
-            lr = self.scheduler.get_last_lr()[0]
-            self.optimizer.step()
+            stats = grpo_optimizer_step(
+                self.model, self.params, self.optimizer, batches, refs=refs, temperature=self.temperature,
+                clip_eps=t.clip_eps, kl_coef=t.kl_coef, max_grad_norm=t.max_grad_norm,
+            )
             self.scheduler.step()
-            self.model.eval()
             out.append({
-                **stats, "epoch": epoch, "grad_norm": float(grad_norm), "lr": lr,
+                **stats, "epoch": epoch,
                 "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
                 "n_sequences": len(seqs), "n_tokens": sum(b["n_tokens"] for b in batches),
-                "n_trained_tokens": n_trained, "seconds": time.perf_counter() - started,
+                "n_trained_tokens": n_trained,
             })
         # the policy caches prompt-prefix KV across calls; those keys came from the old weights
         self.policy.prefix_cache.clear()
         return out
+
+
+def grpo_optimizer_step(
+    model: torch.nn.Module,
+    params: list[torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    batches: list[dict[str, Any]],
+    *,
+    refs: list[torch.Tensor] | None,
+    temperature: float,
+    clip_eps: float,
+    kl_coef: float,
+    max_grad_norm: float,
+) -> dict[str, float]:
+    """One optimizer step of the clipped GRPO loss (+ ``kl_coef`` x KL to ``refs``) over
+    ``batches`` (``scoring.pack`` micro-batches, gradients accumulated; the loss is the token
+    mean over all of them). Returns the ``train_steps`` statistics of the step."""
+    started = time.perf_counter()
+    denom = float(sum(int(b["targets"].numel()) for b in batches)) or 1.0
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    stats = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
+    for k, batch in enumerate(batches):
+        logp = sampled_logprobs(model, batch, temperature)
+        ones = torch.ones_like(logp)
+        pg, info = clipped_pg_loss(logp, batch["old_logp"], batch["adv"], ones, clip_eps, denom=denom)
+        loss = pg
+        if refs is not None:
+            kl = kl_penalty(logp, refs[k], ones, denom=denom)
+            loss = loss + kl_coef * kl
+            stats["kl"] += kl.item()
+        loss.backward()
+        share = logp.numel() / denom
+        stats["loss"] += loss.item()
+        stats["pg_loss"] += pg.item()
+        stats["clip_frac"] += info["clip_frac"] * share
+        stats["ratio_mean"] += info["ratio"] * share
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    lr = optimizer.param_groups[0]["lr"]
+    optimizer.step()
+    model.eval()
+    return {**stats, "grad_norm": float(grad_norm), "lr": lr, "seconds": time.perf_counter() - started}
 
 
 def save_checkpoint(model: Any, tokenizer: Any, path: str) -> str:
