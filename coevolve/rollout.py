@@ -19,6 +19,11 @@ parse error is one step whose error text is shown to the agent as the observatio
 answer is the turn's last step. ``meta["step"]`` given to the policy is the index of the
 model message within the turn.
 
+Tokens: a model message's first row carries its exact ``prompt_ids``, sampled
+``completion_ids`` and behaviour ``completion_logprobs`` (backends that return them: the
+local one does), what the trainer optimizes; ``finish_reason = 'length'`` marks a message
+the generation budget cut.
+
 Rewards: every row of an episode carries the episode's ``episode_reward`` and ``success``;
 ``step_reward`` is 0 except on the last row of each turn, which carries ``1 / n_turns`` when
 the benchmark passed that turn, so step rewards sum to the fraction of turns passed.
