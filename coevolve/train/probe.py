@@ -59,7 +59,8 @@ def file_system_tasks(n_scenarios: int = 4, *, heldout: frozenset[int] = frozens
                 args = f" with {json.dumps(call['arguments'])}" if call["arguments"] else ""
                 text = f"Call {call['name']}{args}."
             tasks.append(Task(
-                task_id=f"{state.task_id}-{'named' if named else 'probe'}{k}", env="bfcl-v3", turns=[text], initial_state=initial,
+                task_id=f"{state.task_id}-{'named' if named else 'probe'}{k}", env="bfcl-v3", turns=[text],
+                initial_state=initial,
                 reference_actions=[[copy.deepcopy(call)]], tools=[f for f in state.tools if f in functions],
                 category=state.category, split="train", origin="static",
             ))

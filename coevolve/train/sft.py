@@ -84,7 +84,8 @@ def run_sft(
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for start in range(0, len(chosen), micro):
-            seqs = [TokenSequence(ids=ids, mask=mask, logprobs=[0.0] * len(ids)) for ids, mask in chosen[start : start + micro]]
+            part = chosen[start : start + micro]
+            seqs = [TokenSequence(ids=ids, mask=mask, logprobs=[0.0] * len(ids)) for ids, mask in part]
             # log-probs at the assistant tokens only: the output head never sees the prompts
             logp = sampled_logprobs(model, pack(seqs, pad))
             loss = -logp.sum() / n_tokens
