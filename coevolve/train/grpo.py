@@ -1,5 +1,5 @@
-"""GRPO's pure pieces: group-normalized advantages, token log-probs, the clipped
-policy-gradient loss and the KL penalty, each a function of tensors.
+"""GRPO's pure pieces: group-normalized advantages, the clipped policy-gradient loss and
+the KL penalty, each a function of tensors (log-probs come from ``coevolve.train.scoring``).
 
 Shapes use B = sequences in a micro-batch, T = tokens per sequence (right-padded), and
 ``mask[b, t] = 1`` where token ``t`` of sequence ``b`` was written by the model (an
@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
 
 def group_advantages(
@@ -42,17 +41,6 @@ def group_advantages(
             centred = centred / (std + eps) if std > eps else torch.zeros_like(centred)
         out[idx] = centred
     return out
-
-
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """Log-probability of every token under the logits of the position before it.
-
-    ``logits``: [B, T, V] (the model output for ``input_ids``); ``input_ids``: [B, T].
-    Returns [B, T] float32 with column 0 set to 0.
-    """
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    picked = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return F.pad(picked, (1, 0), value=0.0)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, denom: float | None = None) -> torch.Tensor:
@@ -108,8 +96,3 @@ def kl_penalty(
     delta = ref_logp - logp
     k3 = torch.exp(delta) - delta - 1.0
     return masked_mean(k3, mask.to(logp.dtype), denom)
-
-
-def sft_loss(logp: torch.Tensor, mask: torch.Tensor, denom: float | None = None) -> torch.Tensor:
-    """Negative log-likelihood of the assistant tokens: ``logp``, ``mask`` [B, T]."""
-    return masked_mean(-logp, mask.to(logp.dtype), denom)

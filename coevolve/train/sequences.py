@@ -20,7 +20,6 @@ turns and the template's glue are context again. Each piece is tokenized on its 
 way generation saw it: the prompt was tokenized, then the model appended its tokens.
 
     ids, mask = encode_chat(tokenizer, messages, wire_renderer(tokenizer, tools, "compact"))
-    batch = collate([(ids, mask), ...], pad_id)   # {"input_ids", "attention_mask", "loss_mask"}: [B, T]
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import torch
 
 Render = Callable[[list[dict[str, Any]], bool], str]
 
@@ -92,20 +90,6 @@ def encode_chat(
     if max_tokens is not None and len(ids) > max_tokens:
         ids, mask = ids[-max_tokens:], mask[-max_tokens:]
     return ids, mask
-
-
-def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad ``(ids, mask)`` pairs into ``input_ids``, ``attention_mask``, ``loss_mask``: [B, T]."""
-    width = max(len(ids) for ids, _ in examples)
-    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(examples), width), dtype=torch.long)
-    loss_mask = torch.zeros((len(examples), width), dtype=torch.float32)
-    for i, (ids, mask) in enumerate(examples):
-        n = len(ids)
-        input_ids[i, :n] = torch.tensor(ids, dtype=torch.long)
-        attention[i, :n] = 1
-        loss_mask[i, :n] = torch.tensor(mask, dtype=torch.float32)
-    return {"input_ids": input_ids, "attention_mask": attention, "loss_mask": loss_mask}
 
 
 @dataclass
