@@ -21,6 +21,9 @@ Generation is a hand-written loop over ``model.forward`` (not ``generate``) so t
   CPUs with native bfloat16, for models of 50M+ parameters) from a copy of the float32
   weights the trainer updates; on a 2-core CPU it makes a SmolLM2 decoding step at batch 8
   cost 1.5x one at batch 1 instead of 1.8x;
+- hand back, with each message, what the trainer optimizes: the prompt ids as fed, the
+  sampled ids (with the stop token when one was sampled) and each sampled token's
+  behaviour log-prob (``sample_next``; ``coevolve.policy.base.Generation``);
 - draw every row from its own random generator seeded from (seed, task, sample, turn, step),
   so a row's sample does not depend on which other rows share its batch (up to float
   rounding: padding changes reduction orders in the last bits, which can flip a draw that
