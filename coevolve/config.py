@@ -71,7 +71,13 @@ class PolicyConfig:
     api_key_env: str = _help("Environment variable holding the endpoint's API key.", "OPENAI_API_KEY")
     tool_format: str = _help("How tool schemas are rendered: 'compact' (one line per function) or 'json'.", "compact")
     max_context_tokens: int = _help("Prompt budget; longer histories are truncated oldest-first.", 2048)
-    max_new_tokens: int = _help("Generation budget per assistant message.", 64)
+    max_new_tokens: int = _help(
+        "Generation budget per assistant message (training rollouts and evaluation). A well-formed "
+        "SmolLM2 call measured 22-31 tokens and a message carries a turn's calls (up to ~4), so 160 "
+        "leaves room; 64 cut 40% of the embedded default's messages. A cut message is logged with "
+        "finish_reason 'length'.",
+        160,
+    )
     temperature: float = _help("Sampling temperature for training rollouts.", 1.0)
     top_p: float = _help("Nucleus sampling for training rollouts.", 1.0)
     batch_size: int = _help("Episodes generated together by the rollout engine.", 8)
@@ -118,8 +124,16 @@ class TrainConfig:
     lora: bool = _help("Train LoRA adapters (merged into the checkpoint) instead of all weights.", True)
     lora_r: int = _help("LoRA rank.", 16)
     lora_alpha: int = _help("LoRA alpha.", 32)
-    clip_eps: float = _help("PPO clip range of the policy ratio.", 0.2)
-    kl_coef: float = _help("KL penalty to the round's starting policy (0 = off).", 0.0)
+    clip_eps: float = _help("PPO clip range of the ratio to the behaviour (sampling) policy.", 0.2)
+    ppo_epochs: int = _help(
+        "Optimizer steps per GRPO step, each a pass over the step's rollouts: the first is on-policy "
+        "(ratio 1), later ones reuse the samples under the clip.",
+        2,
+    )
+    kl_coef: float = _help(
+        "KL penalty to the round's starting policy (0 = off, and no reference forward is run).", 0.0
+    )
+    threads: int = _help("torch intra-op threads of the local trainer (0 = every core).", 0)
     micro_batch_size: int = _help(
         "Sequences per forward/backward pass. A step's sequences are all accumulated into one "
         "optimizer step (gradient accumulation), so this bounds memory without changing the update.",
@@ -144,6 +158,8 @@ class TrainConfig:
             raise ConfigError("train.steps and train.sft_steps must be >= 0")
         if self.group_size < 2 and self.steps > 0:
             raise ConfigError("train.group_size must be >= 2: GRPO normalizes rewards within a group")
+        if self.ppo_epochs < 1 or self.threads < 0:
+            raise ConfigError("train.ppo_epochs must be >= 1 and train.threads >= 0")
         if self.tasks_per_step < 1 or self.micro_batch_size < 1 or self.sft_batch_size < 1:
             raise ConfigError("train.tasks_per_step, train.micro_batch_size and train.sft_batch_size must be >= 1")
         schedules = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",

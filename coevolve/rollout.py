@@ -19,6 +19,11 @@ parse error is one step whose error text is shown to the agent as the observatio
 answer is the turn's last step. ``meta["step"]`` given to the policy is the index of the
 model message within the turn.
 
+Tokens: a model message's first row carries its exact ``prompt_ids``, sampled
+``completion_ids`` and behaviour ``completion_logprobs`` (backends that return them: the
+local one does), what the trainer optimizes; ``finish_reason = 'length'`` marks a message
+the generation budget cut.
+
 Rewards: every row of an episode carries the episode's ``episode_reward`` (the training reward of
 ``coevolve.reward``, with unparseable messages counted as malformed calls), its parts
 ``reward_progress`` / ``reward_format``, and ``success``;
@@ -142,7 +147,8 @@ class _Engine:
             "sample_idx": run.sample_idx, "turn": run.turn, "step": run.step,
             "action_name": None, "action_args": None, "observation": None, "parse_error": None,
             "error": None, "step_reward": 0.0, "episode_reward": None, "success": None,
-            "n_tokens": 0, "finish_reason": None, **values,
+            "n_tokens": 0, "finish_reason": None, "prompt_ids": None, "completion_ids": None,
+            "completion_logprobs": None, **values,
         }
         run.rows.append(row)
         return row
@@ -153,43 +159,54 @@ class _Engine:
         return self.pool.submit(run.ep.step, call).result(timeout=self.step_timeout_s)
 
     def advance(self, run: _Run, gen: Generation) -> None:
-        """Apply one generation to its episode: log rows, run calls, end the turn when due."""
+        """Apply one generation to its episode: log rows, run calls, end the turn when due.
+
+        The message's first row carries its tokens (``n_tokens``, and where the backend returns
+        them its exact ``prompt_ids``, ``completion_ids`` and ``completion_logprobs``) and
+        ``finish_reason = 'length'`` when the generation budget cut it."""
         run.n_tokens += gen.completion_tokens
         run.generation += 1
         run.messages.append({"role": "assistant", "content": gen.text})
-        tokens = gen.completion_tokens
+        first = {"n_tokens": gen.completion_tokens, "prompt_ids": gen.prompt_ids,
+                 "completion_ids": gen.completion_ids, "completion_logprobs": gen.completion_logprobs}
+        if gen.finish_reason == "length":
+            first["finish_reason"] = "length"
         if gen.finish_reason == "context_limit":
-            self._row(run, n_tokens=tokens, finish_reason="context_limit")
+            self._row(run, **first, finish_reason="context_limit")
             run.done, run.finish = True, "context_limit"
             return
         parsed = parse_tool_calls(gen.text)
         if parsed.error:
             obs = f"Error: {parsed.error}"
             run.messages.append({"role": "tool", "content": obs})
-            self._row(run, parse_error=parsed.error, observation=obs, n_tokens=tokens)
+            self._row(run, parse_error=parsed.error, observation=obs, **first)
+            first = {}
             run.step += 1
         elif not parsed.calls:
-            self._row(run, n_tokens=tokens)
+            self._row(run, **first)
             self._end_turn(run)
             return
         for call in parsed.calls:
             try:
                 obs = self._call_env(run, call)
             except FutureTimeout:
-                self._row(run, action_name=call.name, action_args=json.dumps(call.arguments), n_tokens=tokens)
+                self._row(run, action_name=call.name, action_args=json.dumps(call.arguments), **first)
                 self.fail(run, "time_limit", f"{call.name} took longer than {self.step_timeout_s}s")
                 return
             except Exception as exc:
-                self._row(run, action_name=call.name, action_args=json.dumps(call.arguments), n_tokens=tokens)
+                self._row(run, action_name=call.name, action_args=json.dumps(call.arguments), **first)
                 self.fail(run, "error", f"{call.name} raised {type(exc).__name__}: {exc}")
                 return
             run.messages.append({"role": "tool", "name": call.name, "content": obs.content})
             self._row(run, action_name=call.name, action_args=json.dumps(call.arguments, default=str),
-                      observation=obs.content, error=obs.error, n_tokens=tokens)
-            tokens = 0  # the message's tokens are counted once, on its first row
+                      observation=obs.content, error=obs.error, **first)
+            first = {}  # the message's tokens are counted once, on its first row
             run.step += 1
         if run.generation >= self.step_limit:
-            run.rows[-1]["finish_reason"] = "step_limit"
+            # a message cut by the budget keeps 'length' (its row is the turn's last one only
+            # when it made at most one call)
+            if run.rows[-1]["finish_reason"] is None:
+                run.rows[-1]["finish_reason"] = "step_limit"
             self._end_turn(run)
 
     # ---------------------------------------------------------------- scoring

@@ -15,6 +15,7 @@ Grain of each table:
 - ``candidates``    one abstracted task and its validation verdict
 - ``rounds``        the metrics of one round (stage timings, rates, counts)
 - ``ablations``     one round of one run (condition x seed) of an ablation (``coevolve ablate``)
+- ``train_steps``   one optimizer step of the local GRPO trainer
 """
 
 from __future__ import annotations
@@ -74,9 +75,17 @@ ROLLOUTS = pa.schema(
         ("success", pa.bool_()),  # episode success as the benchmark scores it
         ("n_tokens", pa.int32()),  # generated tokens of this step
         ("policy_version", pa.string()),
-        ("finish_reason", pa.string()),  # null | step_limit | time_limit | context_limit | error
         ("reward_progress", pa.float64()),  # reward part: reference effects reproduced (null if the env has no parts)
         ("reward_format", pa.float64()),  # reward part: share of well-formed calls (null if the env has no parts)
+        # null | length (the generation budget cut this message) | step_limit | time_limit | context_limit | error
+        ("finish_reason", pa.string()),
+        # the model message's exact tokens, on its first row (null elsewhere and for backends
+        # that do not return them): the prompt as fed, the sampled ids (stop token included when
+        # sampled; none added to a cut message), and each sampled id's behaviour log-prob under
+        # log_softmax(logits / temperature) (coevolve.policy.base.Generation)
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("completion_ids", pa.list_(pa.int32())),
+        ("completion_logprobs", pa.list_(pa.float32())),
     ]
 )
 
@@ -176,6 +185,28 @@ ABLATIONS = pa.schema(
     ]
 )
 
+TRAIN_STEPS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("step", pa.int32()),  # GRPO step of the round (1-based; one rollout batch)
+        ("epoch", pa.int32()),  # inner PPO pass over the step's batch (0-based, < train.ppo_epochs)
+        ("task_epoch", pa.int32()),  # pass over the round's tasks the step's tasks came from
+        ("loss", pa.float64()),  # pg_loss + kl_coef * kl
+        ("pg_loss", pa.float64()),  # clipped surrogate, token mean over the batch
+        ("kl", pa.float64()),  # k3 KL to the round's starting policy, token mean (0 when kl_coef = 0)
+        ("clip_frac", pa.float64()),  # share of trained tokens whose ratio left [1-eps, 1+eps]
+        ("ratio_mean", pa.float64()),  # mean ratio to the behaviour policy over trained tokens
+        ("grad_norm", pa.float64()),  # global gradient norm before clipping
+        ("reward_mean", pa.float64()),  # episode rewards of the step's rollouts
+        ("reward_std", pa.float64()),
+        ("n_sequences", pa.int32()),  # training sequences (episodes with non-zero advantage, split where needed)
+        ("n_tokens", pa.int64()),  # tokens forwarded
+        ("n_trained_tokens", pa.int64()),  # sampled tokens with a loss
+        ("lr", pa.float64()),
+        ("seconds", pa.float64()),  # wall time of this optimizer step (forward, backward, AdamW)
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "tasks": TASKS,
     "pool_versions": POOL_VERSIONS,
@@ -185,6 +216,7 @@ TABLES: dict[str, pa.Schema] = {
     "candidates": CANDIDATES,
     "rounds": ROUNDS,
     "ablations": ABLATIONS,
+    "train_steps": TRAIN_STEPS,
 }
 
 

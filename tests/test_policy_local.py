@@ -60,14 +60,19 @@ def test_lengths_stops_and_greedy(policy):
 def test_sampling_parameters():
     logits = torch.tensor([[0.0, 1.0, 5.0, 2.0]] * 3)
     gens = [torch.Generator().manual_seed(i) for i in range(3)]
-    assert sample_next(logits, SamplingParams(temperature=0.0), gens) == [2, 2, 2]
-    assert sample_next(logits, SamplingParams(temperature=1.0, top_p=0.01), gens) == [2, 2, 2]
+    assert sample_next(logits, SamplingParams(temperature=0.0), gens)[0] == [2, 2, 2]
+    tokens, logprobs = sample_next(logits, SamplingParams(temperature=1.0, top_p=0.01), gens)
+    assert tokens == [2, 2, 2]
+    # the behaviour log-prob is the temperature-scaled one, before top-p truncation
+    assert logprobs == pytest.approx([torch.log_softmax(logits[0], -1)[2].item()] * 3, abs=1e-6)
+    _, hot = sample_next(logits, SamplingParams(temperature=0.5, top_p=0.01), gens)
+    assert hot == pytest.approx([torch.log_softmax(logits[0] / 0.5, -1)[2].item()] * 3, abs=1e-6)
     draws = {tok for i in range(50) for tok in sample_next(logits[:1] * 0, SamplingParams(temperature=1.0),
-                                                           [torch.Generator().manual_seed(i)])}
+                                                           [torch.Generator().manual_seed(i)])[0]}
     assert draws == {0, 1, 2, 3}
     skewed = torch.log(torch.tensor([[0.1, 0.0, 0.2, 0.7]]))
     gen = [torch.Generator().manual_seed(0)]
-    counts = torch.bincount(torch.tensor([sample_next(skewed, SamplingParams(), gen)[0] for _ in range(3000)]), minlength=4)
+    counts = torch.bincount(torch.tensor([sample_next(skewed, SamplingParams(), gen)[0][0] for _ in range(3000)]), minlength=4)
     assert counts[1] == 0 and abs(counts[3] / 3000 - 0.7) < 0.04 and abs(counts[0] / 3000 - 0.1) < 0.03
     m = {"task_id": "t", "sample_idx": 0, "turn": 0, "step": 0}
     assert row_seed(1, m, 0) == row_seed(1, dict(m), 5) != row_seed(2, m, 0)
@@ -103,7 +108,7 @@ def test_generation_matches_a_naive_uncached_sampler(policy):
         with torch.inference_mode():
             for _ in range(sampling.max_new_tokens):
                 logits = policy.model(input_ids=torch.tensor([ids + out])).logits[:, -1]
-                (tok,) = sample_next(logits, sampling, [gen])
+                (tok,), _ = sample_next(logits, sampling, [gen])
                 if tok in policy.stop_ids:
                     break
                 out.append(tok)

@@ -1,13 +1,11 @@
-"""GRPO's tensor functions: advantages, log-probs, clipped loss, KL."""
+"""GRPO's tensor functions: advantages, clipped loss (per sequence and flat), KL."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 
-from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty, masked_mean, sft_loss, token_logprobs
+from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty, masked_mean
 
 
 def test_group_advantages_normalize_within_each_group():
@@ -17,17 +15,6 @@ def test_group_advantages_normalize_within_each_group():
     assert adv[4:].tolist() == [0.0, 0.0]
     unscaled = group_advantages([1.0, 0.0, 0.0, 0.0], ["a"] * 4, scale=False)
     assert unscaled.tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25])
-
-
-def test_token_logprobs_align_with_the_predicted_token():
-    ids = torch.tensor([[2, 0, 1]])
-    logits = torch.zeros(1, 3, 3)
-    logits[0, 0, 0] = 5.0  # position 0 predicts token 0 (ids[1])
-    lp = token_logprobs(logits, ids)
-    assert lp.shape == (1, 3) and lp[0, 0] == 0.0
-    expected = 5.0 - math.log(math.exp(5.0) + 2)
-    assert lp[0, 1].item() == pytest.approx(expected, rel=1e-5)
-    assert lp[0, 2].item() == pytest.approx(-math.log(3), rel=1e-5)
 
 
 def test_clipped_loss_ignores_masked_tokens_and_clips_the_ratio():
@@ -62,4 +49,10 @@ def test_denominator_makes_micro_batches_sum_to_the_batch_mean():
     whole = masked_mean(values, mask)
     parts = masked_mean(values[:1], mask[:1], denom=3.0) + masked_mean(values[1:], mask[1:], denom=3.0)
     assert whole.item() == pytest.approx(parts.item()) == pytest.approx(8 / 3)
-    assert sft_loss(-values, mask).item() == pytest.approx(8 / 3)
+
+
+def test_flat_tokens_take_one_advantage_each():
+    logp = torch.zeros(3, requires_grad=True)
+    loss, _ = clipped_pg_loss(logp, torch.zeros(3), torch.tensor([1.0, 1.0, -1.0]), torch.ones(3), clip_eps=0.2)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1 / 3) and logp.grad.tolist() == pytest.approx([-1 / 3, -1 / 3, 1 / 3])

@@ -1,10 +1,10 @@
-"""The local trainer learns: SFT warm start, then 30 GRPO steps raise held-out reward.
+"""The local trainer's round: LoRA + KL + gradient accumulation, a merged checkpoint, an
+idempotent rerun; trainers registered lazily.
 
 The task family ("usual"): "<two words>, call the usual" is passed by calling ``grep`` and
-nothing else (partial credit for calling anything, or grep among others). A from-scratch
-tiny model cannot call anything at first; an SFT warm start on a sibling family ("<two
-words>, call <name>") teaches the call format, but only rewards can teach what "the usual"
-is, and held-out tasks (new word pairs) show whether GRPO taught it.
+nothing else (partial credit for calling anything, or grep among others); "named" tasks
+name the function. ``test-pick`` also serves tests/test_train_verl.py. The learning test
+(30 GRPO steps raise the reward) is tests/test_train_learning.py, on BFCL-derived tasks.
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ import torch
 
 from coevolve.config import load_config
 from coevolve.envs.base import EpisodeScore, Observation, ToolCall
-from coevolve.policy import load_policy
-from coevolve.policy.base import SamplingParams
 from coevolve.registry import register
-from coevolve.rollout import run_episodes
 from coevolve.store import Store
 from coevolve.tasks import Task
-from coevolve.train import checkpoint_path, train_round
+from coevolve.train import train_round
 
 FUNCTIONS = ["ls", "cd", "mv", "grep"]
 WORDS = ["red", "blue", "green", "small", "big", "old", "new", "fast", "slow", "warm", "cold", "dark"]
@@ -91,17 +88,9 @@ def _config(tmp_path, **train):
         "env.name": "test-pick", "env.step_limit": 2,
         "policy.model": "tiny", "policy.max_new_tokens": 24, "policy.max_context_tokens": 512,
         "policy.batch_size": 32, "policy.temperature": 1.0,
-        "train.checkpoint_dir": str(tmp_path / "ckpt"), "train.lora": False,
+        "train.checkpoint_dir": str(tmp_path / "ckpt"), "train.lora": False, "train.threads": 1,
         **{f"train.{k}": v for k, v in train.items()},
     })
-
-
-def _heldout_reward(cfg, checkpoint: str, tasks: list[Task]) -> float:
-    policy = load_policy(cfg.policy, checkpoint)
-    results = run_episodes(policy, PickEnvironment(), tasks, n_samples=4,
-                           sampling=SamplingParams(temperature=1.0, max_new_tokens=24, seed=123),
-                           step_limit=2, phase="eval", run_id="pick", round=0, batch_size=64)
-    return sum(r.score.reward for r in results) / len(results)
 
 
 @pytest.fixture
@@ -112,34 +101,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.mark.timeout(300)
-def test_thirty_grpo_steps_raise_heldout_reward(tmp_path, one_thread):
-    env = PickEnvironment()
-    named = env.load_tasks(["named"])[:48]
-    usual = env.load_tasks(["usual"])
-    train, heldout = usual[:48], usual[48:]
-    store = Store(str(tmp_path / "store"))
-
-    # warm start: SFT on the named family teaches the call format, not what "the usual" is
-    warm_cfg = _config(tmp_path, sft_steps=40, sft_batch_size=8, sft_lr=3e-3, steps=0)
-    warm = train_round(store, warm_cfg, "pick", 1, "tiny", named)
-    before = _heldout_reward(warm_cfg, warm.checkpoint, heldout)
-
-    cfg = _config(tmp_path, sft_steps=0, steps=30, tasks_per_step=4, group_size=8, lr=5e-4)
-    result = train_round(store, cfg, "pick", 2, warm.checkpoint, train)
-    after = _heldout_reward(cfg, result.checkpoint, heldout)
-    print(f"held-out reward: {before:.3f} after the warm start -> {after:.3f} after 30 GRPO steps")
-    assert after >= before + 0.3
-
-    assert result.checkpoint == checkpoint_path(cfg, "pick", 2)
-    assert result.n_rollouts == 30 * 4 * 8
-    rows = store.read("rollouts").to_pylist()
-    assert {r["phase"] for r in rows} == {"train"} and {r["round"] for r in rows} == {2}
-    assert sorted({r["train_step"] for r in rows}) == list(range(1, 31))
-    assert len({r["episode_id"] for r in rows}) == 30 * 4 * 8
-    assert {r["epoch"] for r in rows} == {0, 1, 2}  # 30 steps x 4 tasks = 120 draws of 48 tasks
 
 
 def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempotently(tmp_path, one_thread):
@@ -158,6 +119,10 @@ def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempot
     merged = AutoModelForCausalLM.from_pretrained(first.checkpoint)  # plain HF weights, no adapters
     assert not any("lora" in name for name, _ in merged.named_parameters())
     assert 0.0 <= first.mean_reward <= 1.0
+    # the rerun replaced the first run's train_steps rows too; LoRA's reference (adapters off) gives a KL
+    steps = store.read("train_steps").to_pylist()
+    assert len({(r["step"], r["epoch"]) for r in steps}) == len(steps)
+    assert all(r["kl"] >= 0 for r in steps)
 
 
 def test_trainers_are_registered_without_importing_their_backends():

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from transformers import AutoTokenizer
 
 from coevolve.policy.models import resolve_model
 from coevolve.policy.prompts import render_prompt
-from coevolve.train.sequences import collate, encode_chat, wire_renderer
+from coevolve.train.scoring import pack
+from coevolve.train.sequences import encode_chat, episode_sequences, wire_renderer
 
 TOOLS = [{"type": "function", "function": {"name": "cd", "description": "Change directory.",
           "parameters": {"type": "object", "properties": {"folder": {"type": "string"}}, "required": ["folder"]}}}]
@@ -53,12 +55,38 @@ def test_each_generation_prompt_is_a_prefix_of_the_sequence():
     assert mask[len(prompt.ids) - 1] == 0 and mask[len(prompt.ids)] == 1
 
 
-def test_truncation_keeps_the_end_and_collate_pads_right():
+def test_truncation_keeps_the_end():
     tok = _tok()
     ids, mask = encode_chat(tok, CHAT, wire_renderer(tok, TOOLS, "compact"), max_tokens=20)
     full, _ = encode_chat(tok, CHAT, wire_renderer(tok, TOOLS, "compact"))
     assert ids == full[-20:] and len(mask) == 20
-    batch = collate([(ids, mask), (ids[:5], mask[:5])], pad_id=0)
-    assert batch["input_ids"].shape == (2, 20)
-    assert batch["attention_mask"][1].tolist() == [1] * 5 + [0] * 15
-    assert batch["loss_mask"][1, 5:].sum() == 0
+
+
+def _row(prompt, completion, n_tokens=None):
+    return {"episode_id": "e", "prompt_ids": prompt, "completion_ids": completion,
+            "completion_logprobs": [-0.5] * len(completion), "n_tokens": len(completion) if n_tokens is None else n_tokens}
+
+
+def test_episode_sequences_chain_extending_prompts_and_split_elsewhere():
+    rows = [_row([1, 2, 3], [4, 5]), {"episode_id": "e", "completion_ids": None, "n_tokens": 0},
+            _row([1, 2, 3, 4, 5, 9], [6]),  # extends the sequence so far: chained, 9 is context
+            _row([7, 8], [6, 2])]  # the budget dropped history: a new sequence
+    first, second = episode_sequences(rows, max_tokens=100)
+    assert first.ids == [1, 2, 3, 4, 5, 9, 6] and first.mask == [0, 0, 0, 1, 1, 0, 1] and first.messages == 2
+    assert first.logprobs == [0, 0, 0, -0.5, -0.5, 0, -0.5]
+    assert second.ids == [7, 8, 6, 2] and second.mask == [0, 0, 1, 1]
+    # past max_tokens a message starts its own sequence, its prompt cut from the left
+    cut = episode_sequences(rows[:3], max_tokens=6)
+    assert [s.ids for s in cut] == [[1, 2, 3, 4, 5], [2, 3, 4, 5, 9, 6]]
+    with pytest.raises(ValueError, match="no sampled token ids"):
+        episode_sequences([{"episode_id": "e", "completion_ids": None, "n_tokens": 3}], max_tokens=100)
+
+
+def test_pack_points_each_sampled_token_at_its_predicting_position():
+    seqs = episode_sequences([_row([1, 2, 3], [4, 5])], 100) + episode_sequences([_row([1], [7])], 100)
+    batch = pack(seqs, pad_id=0, advantages=[1.0, -1.0])
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5], [1, 7, 0, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1] * 5, [1, 1, 0, 0, 0]]
+    assert batch["rows"].tolist() == [0, 0, 1] and batch["cols"].tolist() == [2, 3, 0]
+    assert batch["targets"].tolist() == [4, 5, 7] and batch["adv"].tolist() == [1.0, 1.0, -1.0]
+    assert pack(seqs[:1], pad_id=0)["attention_mask"] is None  # no padding: the causal fast path

@@ -151,6 +151,8 @@ def test_agent_loop_episode_masks_and_reward(setup, scripted):
     rows = [r for r in Store(str(tmp / "store")).read("rollouts").to_pylist()
             if r["episode_id"] == out.extra_fields["episode_id"]]
     assert rows and {r["phase"] for r in rows} == {"train"} and {r["round"] for r in rows} == {1}
+    # each message's first row keeps the exact prompt and sampled ids (token in, token out)
+    assert [(r["prompt_ids"], r["completion_ids"]) for r in rows if r["completion_ids"] is not None] == server.calls
     # observations and parse errors are in the stream, masked (the random model may just answer)
     context = tokenizer.decode([t for t, m in zip(out.response_ids, out.response_mask) if m == 0])
     observed = [r["observation"] for r in rows if r["observation"]]

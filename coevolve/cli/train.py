@@ -3,7 +3,7 @@
 
     coevolve train --config configs/tiny.yaml --store /tmp/cv             # local trainer
     coevolve train --config configs/bfcl_qwen_gpu.yaml --backend verl --dry-run
-    coevolve bench train                                                  # tokens/s, tiny and SmolLM2+LoRA
+    coevolve bench train                    # trainer vs plain torch+peft, tiny and SmolLM2+LoRA; one GRPO step
 
 ``--dry-run`` (verl) writes the round's dataset and agent-loop files, composes and validates
 verl's config, and prints it with the exact launch command, without launching anything.
@@ -69,23 +69,37 @@ def train(
 @bench_app.command("train")
 def bench_train(
     models: list[str] = typer.Option(["tiny", "smollm2"], "--model", help="Models to measure (repeatable)."),
-    steps: int = typer.Option(3, "--steps", help="Measured optimizer steps per model (after one warm-up)."),
+    steps: int = typer.Option(3, "--steps", help="Measured optimizer steps per model and side (after one warm-up)."),
     batch: int = typer.Option(4, "--batch", help="Sequences per step."),
     seq_len: int = typer.Option(256, "--seq-len", help="Tokens per sequence."),
+    threads: int = typer.Option(0, "--threads", help="torch threads (0 = every core)."),
+    whole_step: bool = typer.Option(True, "--whole-step/--no-whole-step",
+                                    help="Also time one default GRPO step of SmolLM2 (rollouts + update)."),
 ) -> None:
-    """Tokens per second of the local trainer's GRPO update (forward, masked clipped loss,
-    backward, AdamW): the tiny model with full fine-tuning, others with LoRA."""
+    """The local trainer's update step next to a plain torch (+ peft) reference doing the same
+    math on the same shapes (the tiny model with full fine-tuning, others with LoRA r=16), and
+    one whole default GRPO step of SmolLM2 on BFCL-derived tasks."""
     from rich.table import Table
 
-    from coevolve.train.bench import measure_update
+    from coevolve.train.bench import measure_grpo_step, measure_update
 
-    table = Table("model", "mode", "params trained", "batch x tokens", "s / step", "tokens / s")
+    table = Table("model", "mode", "params trained", "batch x tokens", "threads", "trainer s/step",
+                  "plain torch s/step", "trainer / plain speed", "trainer tokens/s")
     for name in models:
         lora = name != "tiny"
-        m = measure_update(name, lora=lora, steps=steps, batch=batch, seq_len=seq_len)
+        m = measure_update(name, lora=lora, steps=steps, batch=batch, seq_len=seq_len, threads=threads)
         table.add_row(name, "LoRA r=16" if lora else "full", f"{m['trainable']:,}", f"{batch} x {seq_len}",
-                      f"{m['seconds_per_step']:.2f}", f"{m['tokens_per_second']:,.0f}")
+                      str(m["threads"]), f"{m['trainer_s']:.2f}", f"{m['reference_s']:.2f}", f"{m['ratio']:.0%}",
+                      f"{m['tokens'] / m['trainer_s']:,.0f}")
     console.print(table)
+    if whole_step:
+        w = measure_grpo_step("smollm2", **({"train.threads": threads} if threads else {}))
+        console.print(
+            f"one default GRPO step of SmolLM2 (LoRA, {w['episodes']} episodes on BFCL-derived tasks, "
+            f"max_new_tokens {w['max_new_tokens']}, ppo_epochs {w['ppo_epochs']}): {w['seconds']:.1f}s = "
+            f"rollouts {w['rollout_s']:.1f}s + update {w['update_s']:.1f}s ({w['n_tokens']:,} tokens); "
+            f"reward {w['reward']:.2f}"
+        )
 
 
 @bench_app.command("sft")

@@ -28,10 +28,21 @@ class SamplingParams:
 
 @dataclass
 class Generation:
+    """One assistant message. Backends that sample token by token also return what the trainer
+    optimizes (``coevolve.train.sequences.episode_sequences``): the exact prompt ids, the
+    sampled ids (the stop token included when the model sampled one; a message cut by the
+    budget ends where it was cut) and each sampled token's behaviour log-probability, in
+    float32, under the temperature-scaled distribution ``log_softmax(logits / temperature)``
+    (``temperature`` 0 records ``log_softmax(logits)``). top-p truncation is not renormalized
+    into it, so a trainer scoring ``logits / temperature`` gets ratio 1 at step 0."""
+
     text: str  # raw assistant text (may contain <tool_call> blocks)
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str = "stop"  # stop | length | context_limit
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    completion_logprobs: list[float] | None = None
 
 
 class Policy(Protocol):

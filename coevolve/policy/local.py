@@ -21,6 +21,9 @@ Generation is a hand-written loop over ``model.forward`` (not ``generate``) so t
   CPUs with native bfloat16, for models of 50M+ parameters) from a copy of the float32
   weights the trainer updates; on a 2-core CPU it makes a SmolLM2 decoding step at batch 8
   cost 1.5x one at batch 1 instead of 1.8x;
+- hand back, with each message, what the trainer optimizes: the prompt ids as fed, the
+  sampled ids (with the stop token when one was sampled) and each sampled token's
+  behaviour log-prob (``sample_next``; ``coevolve.policy.base.Generation``);
 - draw every row from its own random generator seeded from (seed, task, sample, turn, step),
   so a row's sample does not depend on which other rows share its batch (up to float
   rounding: padding changes reduction orders in the last bits, which can flip a draw that
@@ -82,25 +85,35 @@ def generation_dtype(name: str, model: torch.nn.Module, device: torch.device) ->
     return torch.bfloat16 if device.type == "cpu" and _cpu_has_native_bf16() else torch.float32
 
 
-def sample_next(logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator]) -> list[int]:
-    """One next token per row of ``logits`` [B, V]: greedy at temperature 0, else temperature + top-p.
+def sample_next(
+    logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator]
+) -> tuple[list[int], list[float]]:
+    """One next token per row of ``logits`` [B, V] and its behaviour log-probability.
 
-    Sampling inverts each row's CDF at one uniform draw from the row's own generator: exact,
-    and one cheap draw per row instead of a ``multinomial`` call per row.
+    Greedy at temperature 0, else temperature + top-p. Sampling inverts each row's CDF at one
+    uniform draw from the row's own generator: exact, and one cheap draw per row instead of a
+    ``multinomial`` call per row. The log-probability is that of the temperature-scaled
+    distribution, ``log_softmax(logits / temperature)`` in float32 (``log_softmax(logits)`` at
+    temperature 0), before top-p truncation: what a trainer recomputes from the same logits.
     """
+    scaled = logits.float() / sampling.temperature if sampling.temperature > 0 else logits.float()
+    logp = torch.log_softmax(scaled, dim=-1)
     if sampling.temperature <= 0:
-        return logits.argmax(dim=-1).tolist()
-    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
-    if sampling.top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        # Keep the smallest set whose mass reaches top_p (the first token always stays).
-        outside = sorted_p.cumsum(dim=-1) - sorted_p > sampling.top_p
-        sorted_p = sorted_p.masked_fill(outside, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    cdf = probs.cumsum(dim=-1)
-    u = torch.cat([torch.rand(1, generator=g) for g in generators]).to(cdf.device)[:, None] * cdf[:, -1:]
-    # searchsorted finds the first index whose CDF exceeds u; zero-probability tokens never qualify.
-    return torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1).squeeze(1).tolist()
+        tokens = logits.argmax(dim=-1)
+    else:
+        probs = logp.exp()
+        if sampling.top_p < 1.0:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            # Keep the smallest set whose mass reaches top_p (the first token always stays).
+            outside = sorted_p.cumsum(dim=-1) - sorted_p > sampling.top_p
+            sorted_p = sorted_p.masked_fill(outside, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        cdf = probs.cumsum(dim=-1)
+        u = torch.cat([torch.rand(1, generator=g) for g in generators]).to(cdf.device)[:, None] * cdf[:, -1:]
+        # searchsorted finds the first index whose CDF exceeds u; zero-probability tokens never qualify.
+        tokens = torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1).squeeze(1)
+    picked = logp.gather(-1, tokens[:, None]).squeeze(1)
+    return tokens.tolist(), picked.tolist()
 
 
 def gqa_attention(
@@ -432,7 +445,9 @@ class _Row:
     key: Hashable
     prompt: list[int]
     generator: torch.Generator
-    generated: list[int] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)  # sampled ids without the stop token
+    logprobs: list[float] = field(default_factory=list)  # behaviour log-prob of each sampled id
+    stop: int | None = None  # the stop token sampled last, if any
 
 
 class Decoder:
@@ -493,20 +508,27 @@ class Decoder:
         self.logits = new_logits if self.logits is None else torch.cat([self.logits, new_logits])
         self.rows += rows
 
-    @torch.inference_mode()
     def step(self) -> list[tuple[Hashable, list[int], str]]:
         """Sample one token for every row and feed it; returns the rows that finished, as
         (key, generated ids without the stop token, "stop" | "length")."""
+        return [(row.key, row.generated, finish) for row, finish in self.step_rows()]
+
+    @torch.inference_mode()
+    def step_rows(self) -> list[tuple[_Row, str]]:
+        """``step``, returning the finished rows themselves (their sampled ids, stop token and
+        behaviour log-probs) with their finish reason."""
         if not self.rows:
             return []
         t = time.perf_counter()
         stats = self.policy.stats
         stats.steps += 1
         stats.row_steps += len(self.rows)
-        tokens = sample_next(self.logits, self.sampling, [row.generator for row in self.rows])
+        tokens, logprobs = sample_next(self.logits, self.sampling, [row.generator for row in self.rows])
         finished, keep = [], []
-        for j, (row, tok) in enumerate(zip(self.rows, tokens)):
+        for j, (row, tok, lp) in enumerate(zip(self.rows, tokens, logprobs)):
+            row.logprobs.append(lp)
             if tok in self.policy.stop_ids:
+                row.stop = tok
                 finished.append((j, "stop"))
                 continue
             row.generated.append(tok)
@@ -531,7 +553,7 @@ class Decoder:
             self.lengths = self.lengths + 1
             self.logits = out.logits[:, -1]
         stats.decode_s += time.perf_counter() - t
-        return [(row.key, row.generated, finish) for row, finish in done]
+        return done
 
     def _keep(self, keep: list[int]) -> None:
         """Cut the batch down to rows ``keep``, dropping leading columns that no kept row uses."""
@@ -574,16 +596,19 @@ class LocalStream:
 
     def collect(self) -> list[tuple[Hashable, Generation]]:
         while self.decoder:
-            finished = self.decoder.step()
+            finished = self.decoder.step_rows()
             if finished:
-                return [(key, self._generation(key, ids, finish)) for key, ids, finish in finished]
+                return [(row.key, self._generation(row, finish)) for row, finish in finished]
         return []
 
-    def _generation(self, key: Hashable, ids: list[int], finish: str) -> Generation:
-        prompt = self._prompts.pop(key)
+    def _generation(self, row: _Row, finish: str) -> Generation:
+        prompt = self._prompts.pop(row.key)
+        ids = row.generated
         return Generation(
             text=self.policy.answer_text(ids), prompt_tokens=len(prompt.ids), completion_tokens=len(ids),
             finish_reason="context_limit" if prompt.context_limit else finish,
+            prompt_ids=list(row.prompt), completion_ids=ids + ([row.stop] if row.stop is not None else []),
+            completion_logprobs=list(row.logprobs),
         )
 
     def __len__(self) -> int:

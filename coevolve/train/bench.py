@@ -1,58 +1,109 @@
-"""Throughput of the local trainer's update step, for ``coevolve bench train``.
+"""``coevolve bench train``: the local trainer's update step next to a plain torch (+ peft)
+reference doing the same math on the same shapes, and one whole GRPO step (rollouts + update).
 
-One measured step is exactly what ``GrpoTrainer.update`` does per micro-batch: forward,
-token log-probs, the clipped policy-gradient loss on the assistant tokens (half of each
-sequence here), backward, gradient clipping and an AdamW step.
+The trainer's step is ``coevolve.train.local.grpo_optimizer_step`` itself on ``batch`` random
+sequences of ``seq_len`` tokens whose second half was "sampled" (behaviour log-probs from the
+same weights): log-probs at the sampled positions only, clipped ratio loss, backward, gradient
+clipping, AdamW. The reference is what a plain script does: ``model(input_ids, labels=...)``
+(the model's own full-vocabulary loss on the same tokens, prompt half masked with -100),
+backward, gradient clipping, AdamW. Both run on the same model object, alternating step by
+step, so load on a shared machine hits both alike; the figure is the median.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
 
-from coevolve.train.grpo import clipped_pg_loss, token_logprobs
 
+def measure_update(model_name: str, *, lora: bool, steps: int, batch: int, seq_len: int, seed: int = 0,
+                   threads: int = 0) -> dict:
+    """Median seconds per step of the trainer and of the plain reference, after a warm-up step
+    of each: ``{"trainer_s", "reference_s", "ratio" (reference_s / trainer_s), "tokens",
+    "trainable", "threads"}``."""
+    import os
 
-def measure_update(model_name: str, *, lora: bool, steps: int, batch: int, seq_len: int, seed: int = 0) -> dict:
-    """Time ``steps`` update steps (after one warm-up) of ``batch`` x ``seq_len`` tokens.
-
-    Returns ``{"seconds_per_step", "tokens_per_second", "trainable"}``.
-    """
     from transformers import AutoModelForCausalLM
 
     from coevolve.policy.models import resolve_model
-    from coevolve.train.local import attach_lora
+    from coevolve.train.local import attach_lora, grpo_optimizer_step
+    from coevolve.train.scoring import pack, sampled_logprobs
+    from coevolve.train.sequences import TokenSequence
 
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(model_name))
-    if lora:
-        model = attach_lora(model, 16, 32)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-5)
-    vocab = model.get_input_embeddings().num_embeddings
-    ids = torch.randint(0, vocab, (batch, seq_len))
-    mask = torch.zeros(batch, seq_len)
-    mask[:, seq_len // 2 :] = 1.0  # the assistant's half: prompts are masked as in training
-    adv = torch.linspace(-1.0, 1.0, batch)
-    model.train()
-    times = []
-    for i in range(steps + 1):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+    try:
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_pretrained(resolve_model(model_name))
+        if lora:
+            model = attach_lora(model, 16, 32)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=1e-5)
+        vocab = model.get_input_embeddings().num_embeddings
+        ids = torch.randint(0, vocab, (batch, seq_len))
+        half = seq_len // 2
+        seqs = [TokenSequence(ids=row.tolist(), mask=[0] * half + [1] * (seq_len - half),
+                              logprobs=[0.0] * seq_len) for row in ids]
+        packed = pack(seqs, 0, torch.linspace(-1.0, 1.0, batch).tolist())
+        with torch.no_grad():
+            packed["old_logp"] = sampled_logprobs(model.eval(), packed)
+        labels = ids.clone()
+        labels[:, :half] = -100
+
+        def trainer_step() -> None:
+            grpo_optimizer_step(model, params, optimizer, [packed], refs=None, temperature=1.0, clip_eps=0.2,
+                                kl_coef=0.0, max_grad_norm=1.0)
+
+        def reference_step() -> None:
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            model(input_ids=ids, labels=labels).loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+
+        times: dict[str, list[float]] = {"trainer": [], "reference": []}
+        for i in range(steps + 1):
+            for name, fn in (("reference", reference_step), ("trainer", trainer_step)):
+                started = time.perf_counter()
+                fn()
+                if i:  # the first step pays for allocation and kernel selection
+                    times[name].append(time.perf_counter() - started)
+        trainer_s, reference_s = statistics.median(times["trainer"]), statistics.median(times["reference"])
+        return {"trainer_s": trainer_s, "reference_s": reference_s, "ratio": reference_s / trainer_s,
+                "tokens": batch * seq_len, "trainable": sum(p.numel() for p in params),
+                "threads": torch.get_num_threads()}
+    finally:
+        torch.set_num_threads(before)
+
+
+def measure_grpo_step(model_name: str = "smollm2", *, n_scenarios: int = 1, seed: int = 0, **overrides) -> dict:
+    """One default GRPO step (``train.steps = 1``, no SFT) of ``model_name`` on BFCL-derived
+    tasks (``coevolve.train.probe``: hand-made instructions over training scenario states),
+    timed end to end: ``{"seconds", "rollout_s", "update_s", "episodes", "n_tokens", "reward"}``."""
+    import tempfile
+
+    from coevolve.config import load_config
+    from coevolve.store import Store
+    from coevolve.train.local import train_local
+    from coevolve.train.probe import file_system_tasks
+
+    tasks = file_system_tasks(n_scenarios)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(None, {"run_name": "bench", "store": tmp, "seed": seed, "policy.model": model_name,
+                                 "train.checkpoint_dir": f"{tmp}/ckpt", "train.sft_steps": 0, "train.steps": 1,
+                                 **overrides})
+        store = Store(tmp)
+        seen = []
         started = time.perf_counter()
-        logp = token_logprobs(model(input_ids=ids).logits, ids)
-        loss, _ = clipped_pg_loss(logp, logp.detach(), adv, mask, 0.2)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        if i:  # the first step pays for allocation and kernel selection
-            times.append(time.perf_counter() - started)
-    per_step = sum(times) / len(times)
-    return {
-        "seconds_per_step": per_step,
-        "tokens_per_second": batch * seq_len / per_step,
-        "trainable": sum(p.numel() for p in params),
-    }
+        train_local(store, cfg, "bench", 1, model_name, tasks, on_step=seen.append)
+        total = time.perf_counter() - started
+        update_s = sum(r["seconds"] for r in store.read("train_steps").to_pylist())
+    step = seen[0]
+    return {"seconds": step.seconds, "update_s": update_s, "rollout_s": step.seconds - update_s,
+            "total_s": total, "episodes": step.n_episodes, "n_tokens": step.n_tokens, "reward": step.mean_reward,
+            "ppo_epochs": cfg.train.ppo_epochs, "max_new_tokens": cfg.policy.max_new_tokens}
 
 
 def single_turn_tasks(tasks: list) -> list:

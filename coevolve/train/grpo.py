@@ -1,5 +1,5 @@
-"""GRPO's pure pieces: group-normalized advantages, token log-probs, the clipped
-policy-gradient loss and the KL penalty, each a function of tensors.
+"""GRPO's pure pieces: group-normalized advantages, the clipped policy-gradient loss and
+the KL penalty, each a function of tensors (log-probs come from ``coevolve.train.scoring``).
 
 Shapes use B = sequences in a micro-batch, T = tokens per sequence (right-padded), and
 ``mask[b, t] = 1`` where token ``t`` of sequence ``b`` was written by the model (an
@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
 
 def group_advantages(
@@ -44,17 +43,6 @@ def group_advantages(
     return out
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """Log-probability of every token under the logits of the position before it.
-
-    ``logits``: [B, T, V] (the model output for ``input_ids``); ``input_ids``: [B, T].
-    Returns [B, T] float32 with column 0 set to 0.
-    """
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    picked = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return F.pad(picked, (1, 0), value=0.0)
-
-
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, denom: float | None = None) -> torch.Tensor:
     """Sum of ``values * mask`` over all elements divided by ``denom`` (default: the mask's sum).
 
@@ -75,14 +63,18 @@ def clipped_pg_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped surrogate on assistant tokens, averaged per token.
 
-    ``logp`` [B, T] (with grad), ``old_logp`` [B, T] (the sampling policy, no grad),
-    ``advantages`` [B] (one per sequence, broadcast over its tokens), ``mask`` [B, T].
+    ``logp`` [B, T] (with grad), ``old_logp`` [B, T] (the behaviour policy's log-probs recorded
+    at sampling time, no grad), ``advantages`` [B] (one per sequence, broadcast over its
+    tokens) or [B, T], ``mask`` [B, T]. Flat [N] tensors of sampled tokens work the same way
+    (``advantages`` [N]).
     Returns the scalar loss to minimize and stats: ``clip_frac`` (share of tokens whose
     ratio was clipped) and ``ratio`` (mean policy ratio).
     """
     mask = mask.to(logp.dtype)
     ratio = torch.exp(logp - old_logp)
-    adv = advantages.to(logp.dtype).unsqueeze(-1)
+    adv = advantages.to(logp.dtype)
+    if adv.shape != logp.shape:
+        adv = adv.unsqueeze(-1)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
     loss = masked_mean(-torch.minimum(unclipped, clipped), mask, denom)
@@ -104,8 +96,3 @@ def kl_penalty(
     delta = ref_logp - logp
     k3 = torch.exp(delta) - delta - 1.0
     return masked_mean(k3, mask.to(logp.dtype), denom)
-
-
-def sft_loss(logp: torch.Tensor, mask: torch.Tensor, denom: float | None = None) -> torch.Tensor:
-    """Negative log-likelihood of the assistant tokens: ``logp``, ``mask`` [B, T]."""
-    return masked_mean(-logp, mask.to(logp.dtype), denom)

@@ -10,18 +10,26 @@ One round (``train_local``):
    full pass is an epoch), sample ``group_size`` episodes of each through the rollout engine
    (same initial state per group), write every step of them to ``rollouts`` (phase train,
    part ``<run_id>-train-s<step>``: a rerun overwrites), normalize the episode rewards within
-   each group, and take one optimizer step of the clipped policy-gradient loss (+ KL) on
-   the assistant tokens, accumulated over micro-batches of ``micro_batch_size`` sequences;
+   each group, and take ``train.ppo_epochs`` optimizer steps of the clipped policy-gradient
+   loss (+ KL) on exactly the sampled tokens (``sequences.episode_sequences``: the ids and
+   behaviour log-probs the rollout rows carry, never re-tokenized), each accumulated over
+   micro-batches of ``micro_batch_size`` sequences; every optimizer step writes a row to
+   ``train_steps``;
 4. merge the adapters and save a Hugging Face checkpoint (weights + tokenizer) to
    ``<checkpoint_dir>/<run_id>/round-<round>``.
 
-The sampling policy and the trained model are the same object, so every step is on-policy:
-the "old" log-probs of the ratio are the current ones, detached.
+The ratio is taken against the behaviour log-probs recorded at sampling time, so the first
+pass of a step has ratio 1 (up to float rounding and generation precision) and later passes
+move away from it, where the clip acts. The KL reference is the round's starting policy:
+with LoRA the same model with its adapters switched off, else a frozen copy; its log-probs
+are computed once per step, and not at all when ``kl_coef`` is 0. Log-probs are taken only
+at the sampled positions (``coevolve.train.scoring``), on ``logits / temperature`` as sampled.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import random
 import shutil
 import time
@@ -35,8 +43,9 @@ from coevolve.policy.base import SamplingParams
 from coevolve.registry import resolve
 from coevolve.tasks import Task
 from coevolve.train import TrainResult, checkpoint_path
-from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty, token_logprobs
-from coevolve.train.sequences import collate, encode_chat, wire_renderer
+from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty
+from coevolve.train.scoring import pack, sampled_logprobs
+from coevolve.train.sequences import TokenSequence, encode_chat, episode_sequences, wire_renderer
 
 
 @dataclass
@@ -112,8 +121,11 @@ class GrpoTrainer:
         t = cfg.train
         self.optimizer = torch.optim.AdamW(self.params, lr=t.lr, weight_decay=0.0)
         self.scheduler = get_scheduler(
-            t.lr_scheduler, self.optimizer, num_warmup_steps=t.warmup_steps, num_training_steps=max(t.steps, 1)
+            t.lr_scheduler, self.optimizer, num_warmup_steps=t.warmup_steps,
+            num_training_steps=max(t.steps * t.ppo_epochs, 1),
         )
+        # behaviour log-probs were recorded on logits / temperature; the trainer scores the same
+        self.temperature = cfg.policy.temperature
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
 
@@ -140,52 +152,97 @@ class GrpoTrainer:
             seed=seed,
         )
 
-    def _ref_logprobs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _sequences(self, results: list[Any], adv: torch.Tensor) -> tuple[list[TokenSequence], list[float]]:
+        """The step's training sequences (episodes with a non-zero advantage) and their advantages,
+        sorted by length so that micro-batches pad little."""
+        seqs, advs = [], []
+        for i, r in enumerate(results):
+            if adv[i] != 0:
+                for seq in episode_sequences(r.steps, self.cfg.train.max_seq_tokens):
+                    seqs.append(seq)
+                    advs.append(float(adv[i]))
+        order = sorted(range(len(seqs)), key=lambda j: len(seqs[j].ids))
+        return [seqs[j] for j in order], [advs[j] for j in order]
+
+    def _reference_logprobs(self, batch: dict[str, Any]) -> torch.Tensor:
         with torch.no_grad():
             if hasattr(self.model, "disable_adapter"):  # LoRA: the base model is the reference
                 with self.model.disable_adapter():
-                    logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            else:
-                logits = self.ref_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        return token_logprobs(logits, batch["input_ids"])
+                    return sampled_logprobs(self.model, batch, self.temperature)
+            return sampled_logprobs(self.ref_model, batch, self.temperature)
 
-    def update(self, results: list[Any]) -> dict[str, float]:
-        """One optimizer step of GRPO on ``results`` (EpisodeResults of whole groups)."""
+    def update(self, results: list[Any]) -> list[dict[str, Any]]:
+        """``train.ppo_epochs`` optimizer steps of GRPO on ``results`` (EpisodeResults of whole
+        groups); returns one stats dict per optimizer step (the ``train_steps`` columns other
+        than run_id, step and task_epoch). No rows when every group's rewards are equal."""
         t = self.cfg.train
-        adv = group_advantages([r.score.reward for r in results], [r.task_id for r in results])
-        # groups with one outcome have zero advantage everywhere: no gradient, skip the compute
-        keep = [i for i in range(len(results)) if adv[i] != 0]
-        stats = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "n_tokens": 0, "n_trained": len(keep)}
-        if not keep:  # no optimizer step, so the schedule (counted in optimizer steps) waits too
-            return stats
-        fmt = self.cfg.policy.tool_format
-        examples = [encode_result(self.tokenizer, results[i], fmt, t.max_seq_tokens) for i in keep]
-        total_tokens = float(sum(sum(m) for _, m in examples)) or 1.0
-        stats["n_tokens"] = sum(len(ids) for ids, _ in examples)
+        rewards = torch.tensor([float(r.score.reward) for r in results])
+        adv = group_advantages(rewards.tolist(), [r.task_id for r in results])
+        seqs, advs = self._sequences(results, adv)
+        if not seqs:  # no optimizer step, so the schedule (counted in optimizer steps) waits too
+            return []
         size = t.micro_batch_size
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        for start in range(0, len(examples), size):
-            part = examples[start : start + size]
-            batch = collate(part, self.pad_id)
-            a = adv[torch.tensor(keep[start : start + size])]
-            logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            logp = token_logprobs(logits, batch["input_ids"])
-            loss, info = clipped_pg_loss(logp, logp.detach(), a, batch["loss_mask"], t.clip_eps, denom=total_tokens)
-            if t.kl_coef > 0:
-                kl = kl_penalty(logp, self._ref_logprobs(batch), batch["loss_mask"], denom=total_tokens)
-                loss = loss + t.kl_coef * kl
-                stats["kl"] += kl.item()
-            loss.backward()
-            stats["loss"] += loss.item()
-            stats["clip_frac"] = max(stats["clip_frac"], info["clip_frac"])
-        torch.nn.utils.clip_grad_norm_(self.params, t.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.model.eval()
+        batches = [pack(seqs[i : i + size], self.pad_id, advs[i : i + size]) for i in range(0, len(seqs), size)]
+        n_trained = sum(int(b["targets"].numel()) for b in batches)
+        refs = [self._reference_logprobs(b) for b in batches] if t.kl_coef > 0 else None
+        out = []
+        for epoch in range(t.ppo_epochs):
+            stats = grpo_optimizer_step(
+                self.model, self.params, self.optimizer, batches, refs=refs, temperature=self.temperature,
+                clip_eps=t.clip_eps, kl_coef=t.kl_coef, max_grad_norm=t.max_grad_norm,
+            )
+            self.scheduler.step()
+            out.append({
+                **stats, "epoch": epoch,
+                "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
+                "n_sequences": len(seqs), "n_tokens": sum(b["n_tokens"] for b in batches),
+                "n_trained_tokens": n_trained,
+            })
         # the policy caches prompt-prefix KV across calls; those keys came from the old weights
         self.policy.prefix_cache.clear()
-        return stats
+        return out
+
+
+def grpo_optimizer_step(
+    model: torch.nn.Module,
+    params: list[torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    batches: list[dict[str, Any]],
+    *,
+    refs: list[torch.Tensor] | None,
+    temperature: float,
+    clip_eps: float,
+    kl_coef: float,
+    max_grad_norm: float,
+) -> dict[str, float]:
+    """One optimizer step of the clipped GRPO loss (+ ``kl_coef`` x KL to ``refs``) over
+    ``batches`` (``scoring.pack`` micro-batches, gradients accumulated; the loss is the token
+    mean over all of them). Returns the ``train_steps`` statistics of the step."""
+    started = time.perf_counter()
+    denom = float(sum(int(b["targets"].numel()) for b in batches)) or 1.0
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    stats = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
+    for k, batch in enumerate(batches):
+        logp = sampled_logprobs(model, batch, temperature)
+        ones = torch.ones_like(logp)
+        pg, info = clipped_pg_loss(logp, batch["old_logp"], batch["adv"], ones, clip_eps, denom=denom)
+        loss = pg
+        if refs is not None:
+            kl = kl_penalty(logp, refs[k], ones, denom=denom)
+            loss = loss + kl_coef * kl
+            stats["kl"] += kl.item()
+        loss.backward()
+        share = logp.numel() / denom
+        stats["loss"] += loss.item()
+        stats["pg_loss"] += pg.item()
+        stats["clip_frac"] += info["clip_frac"] * share
+        stats["ratio_mean"] += info["ratio"] * share
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    lr = optimizer.param_groups[0]["lr"]
+    optimizer.step()
+    model.eval()
+    return {**stats, "grad_norm": float(grad_norm), "lr": lr, "seconds": time.perf_counter() - started}
 
 
 def save_checkpoint(model: Any, tokenizer: Any, path: str) -> str:
@@ -217,18 +274,30 @@ def train_local(
 
     ``on_step`` receives each GRPO step's ``StepStats`` (progress display, benchmarks).
     """
-    from coevolve.policy import load_policy
-    from coevolve.train.sft import reference_chats, run_sft
-
     if not tasks:
         raise ValueError("train_local: no training tasks in the pool")
     if cfg.policy.backend != "local":
         raise ValueError(f"train.backend 'local' trains a local model; policy.backend is {cfg.policy.backend!r}")
     t = cfg.train
-    # a rerun of the round replaces its training rollouts, even if it now takes fewer steps
+    # a rerun of the round replaces its training rollouts and steps, even if it now takes fewer
     store.delete_parts("rollouts", round, f"{run_id}-train-s")
+    store.delete_parts("train_steps", round, f"{run_id}-train-s")
     seed = cfg.seed * 1000 + round
     torch.manual_seed(seed)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(t.threads or os.cpu_count() or 1)
+    try:
+        return _train(store, cfg, run_id, round, policy_in, tasks, seed, on_step)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train(store: Any, cfg: Any, run_id: str, round: int, policy_in: str, tasks: list[Task], seed: int,
+           on_step: Callable[[StepStats], None] | None) -> TrainResult:
+    from coevolve.policy import load_policy
+    from coevolve.train.sft import reference_chats, run_sft
+
+    t = cfg.train
     env = resolve("environment", cfg.env.name)()
     policy = load_policy(cfg.policy, policy_in)
     # LoRA layers are injected into policy.model itself, so the policy samples through them
@@ -255,17 +324,22 @@ def train_local(
         )
         rows = [row for r in results for row in r.steps]
         store.write("rollouts", round, f"{run_id}-train-s{step:04d}", rows)
-        stats = trainer.update(results)
+        updates = trainer.update(results)
+        if updates:
+            store.write("train_steps", round, f"{run_id}-train-s{step:04d}",
+                        [{**u, "run_id": run_id, "step": step, "task_epoch": epoch} for u in updates])
         rewards += [r.score.reward for r in results]
         successes += [bool(r.score.success) for r in results]
         if on_step:
             n = len(results)
+            last = updates[-1] if updates else {}
             on_step(StepStats(
                 step=step, epoch=epoch, n_episodes=n,
                 mean_reward=sum(r.score.reward for r in results) / n,
                 success_rate=sum(bool(r.score.success) for r in results) / n,
-                loss=stats["loss"], n_tokens=int(stats["n_tokens"]), seconds=time.monotonic() - started,
-                extra={"kl": stats["kl"], "clip_frac": stats["clip_frac"], "n_trained": stats["n_trained"]},
+                loss=last.get("loss", 0.0), n_tokens=int(last.get("n_tokens", 0)),
+                seconds=time.monotonic() - started,
+                extra={k: last.get(k, 0.0) for k in ("kl", "clip_frac", "grad_norm", "n_sequences")},
             ))
     out = save_checkpoint(model, policy.tokenizer, checkpoint_path(cfg, run_id, round))
     n = len(rewards)

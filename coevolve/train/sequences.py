@@ -1,6 +1,18 @@
-"""Chats -> training tensors: token ids plus the mask of the tokens the model wrote.
+"""Episodes -> training tensors: token ids plus the mask of the tokens the model wrote.
 
-An episode's chat is rendered with the same chat template the policy prompts with, piece
+GRPO trains on exactly what was sampled (``episode_sequences``): each model message's
+rollout row holds its prompt ids as fed, its sampled ids and their behaviour log-probs
+(``coevolve.rollout``); an episode's messages are chained into one sequence while each
+prompt extends the sequence so far (the local policy renders a conversation with the ids it
+generated, so it does), and a new sequence starts where it does not (the prompt budget
+dropped old messages, or the sequence would pass ``max_tokens``). Nothing is re-tokenized
+and no token is added: a message cut by the budget ends where it was cut, and the end token
+the template adds after it is context of the next prompt, not a trained token.
+
+    seqs = episode_sequences(result.steps, max_tokens=1536)       # [TokenSequence, ...]
+
+SFT warm-start chats (reference calls replayed, never sampled) are rendered instead
+(``encode_chat``). An episode's chat is rendered with the same chat template the policy prompts with, piece
 by piece: everything up to an assistant message (rendered with the generation prompt, as
 at sampling time) is context (mask 0); the assistant message that follows is the model's
 output (mask 1) up to and including its end-of-turn token; tool observations, later user
@@ -8,14 +20,13 @@ turns and the template's glue are context again. Each piece is tokenized on its 
 way generation saw it: the prompt was tokenized, then the model appended its tokens.
 
     ids, mask = encode_chat(tokenizer, messages, wire_renderer(tokenizer, tools, "compact"))
-    batch = collate([(ids, mask), ...], pad_id)   # {"input_ids", "attention_mask", "loss_mask"}: [B, T]
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import torch
 
 Render = Callable[[list[dict[str, Any]], bool], str]
 
@@ -81,15 +92,59 @@ def encode_chat(
     return ids, mask
 
 
-def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad ``(ids, mask)`` pairs into ``input_ids``, ``attention_mask``, ``loss_mask``: [B, T]."""
-    width = max(len(ids) for ids, _ in examples)
-    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(examples), width), dtype=torch.long)
-    loss_mask = torch.zeros((len(examples), width), dtype=torch.float32)
-    for i, (ids, mask) in enumerate(examples):
-        n = len(ids)
-        input_ids[i, :n] = torch.tensor(ids, dtype=torch.long)
-        attention[i, :n] = 1
-        loss_mask[i, :n] = torch.tensor(mask, dtype=torch.float32)
-    return {"input_ids": input_ids, "attention_mask": attention, "loss_mask": loss_mask}
+@dataclass
+class TokenSequence:
+    """One training sequence of sampled tokens: ``mask[i] = 1`` where ``ids[i]`` was sampled,
+    ``logprobs[i]`` its behaviour log-prob there (0 elsewhere); ``messages`` counts the model
+    messages it holds."""
+
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    messages: int = 0
+
+    def add(self, ids: list[int], sampled: bool, logprobs: list[float] | None = None) -> None:
+        self.ids += ids
+        self.mask += [int(sampled)] * len(ids)
+        self.logprobs += list(logprobs) if sampled and logprobs is not None else [0.0] * len(ids)
+
+
+def episode_sequences(rows: list[dict[str, Any]], max_tokens: int) -> list[TokenSequence]:
+    """The training sequences of one episode from its rollout rows (see the module docstring).
+
+    ``rows``: the episode's ``rollouts`` rows in order; those with ``completion_ids`` are its
+    model messages. A message whose own prompt and completion pass ``max_tokens`` keeps the
+    last ``max_tokens`` tokens of its prompt (its log-probs are then conditioned on less than
+    at sampling time; the ratio's clip bounds the effect). ValueError when a model message has
+    no ids (a backend that does not return them cannot be trained on its samples).
+    """
+    out: list[TokenSequence] = []
+    cur: TokenSequence | None = None
+    for row in rows:
+        completion = row.get("completion_ids")
+        if completion is None:
+            if row.get("n_tokens"):
+                raise ValueError(
+                    f"episode {row.get('episode_id')!r}: a model message has no sampled token ids "
+                    "(policy backends that do not return them cannot be trained on locally)"
+                )
+            continue
+        prompt = list(row.get("prompt_ids") or [])
+        completion = list(completion)
+        logprobs = list(row.get("completion_logprobs") or [])
+        if len(logprobs) != len(completion):
+            raise ValueError(f"episode {row.get('episode_id')!r}: {len(completion)} sampled ids but "
+                             f"{len(logprobs)} behaviour log-probs")
+        n = len(cur.ids) if cur is not None else 0
+        if (cur is not None and len(prompt) >= n and prompt[:n] == cur.ids
+                and len(prompt) + len(completion) <= max_tokens):
+            cur.add(prompt[n:], False)
+        else:
+            cur = TokenSequence()
+            out.append(cur)
+            room = max(0, max_tokens - len(completion))
+            cur.add(prompt[-room:] if room else [], False)
+            completion, logprobs = completion[:max_tokens], logprobs[:max_tokens]
+        cur.add(completion, True, logprobs)
+        cur.messages += 1
+    return [s for s in out if any(s.mask)]

@@ -25,8 +25,8 @@ import torch
 
 from coevolve.policy.base import SamplingParams
 from coevolve.tasks import Task
-from coevolve.train.grpo import sft_loss, token_logprobs
-from coevolve.train.sequences import collate
+from coevolve.train.scoring import pack, sampled_logprobs
+from coevolve.train.sequences import TokenSequence
 
 
 def warm_start_tasks(tasks: list[Task]) -> list[Task]:
@@ -104,9 +104,11 @@ def run_sft(
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for start in range(0, len(chosen), micro):
-            batch = collate(chosen[start : start + micro], pad)
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            loss = sft_loss(token_logprobs(logits, batch["input_ids"]), batch["loss_mask"], denom=n_tokens)
+            part = chosen[start : start + micro]
+            seqs = [TokenSequence(ids=ids, mask=mask, logprobs=[0.0] * len(ids)) for ids, mask in part]
+            # log-probs at the assistant tokens only: the output head never sees the prompts
+            logp = sampled_logprobs(model, pack(seqs, pad))
+            loss = -logp.sum() / n_tokens
             loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
