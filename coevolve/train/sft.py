@@ -43,7 +43,7 @@ def warm_start_tasks(tasks: list[Task]) -> list[Task]:
 
 def reference_chats(env: Any, tasks: list[Task], *, step_limit: int, seed: int) -> list[Any]:
     """The episodes (rollout ``EpisodeResult``s) of replaying the reference calls of each of
-    ``warm_start_tasks(tasks)``; tasks whose replay earns no reward (a broken reference would
+    ``warm_start_tasks(tasks)``; tasks whose replay does not succeed (a broken reference would
     teach wrong calls) are left out."""
     from coevolve.policy.replay import ReplayPolicy
     from coevolve.rollout import run_episodes
@@ -65,7 +65,7 @@ def reference_chats(env: Any, tasks: list[Task], *, step_limit: int, seed: int) 
         round=0,
         seed=seed,
     )
-    return [r for r in results if r.score.reward > 0]
+    return [r for r in results if r.score.success]
 
 
 def run_sft(
