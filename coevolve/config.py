@@ -73,10 +73,10 @@ class PolicyConfig:
     max_context_tokens: int = _help("Prompt budget; longer histories are truncated oldest-first.", 2048)
     max_new_tokens: int = _help(
         "Generation budget per assistant message (training rollouts and evaluation). A well-formed "
-        "SmolLM2 call measured 22-31 tokens and a message carries a turn's calls (up to ~4), so 160 "
+        "SmolLM2 call measured 22-31 tokens and a message carries a turn's calls (up to ~4), so 128 "
         "leaves room; 64 cut 40% of the embedded default's messages. A cut message is logged with "
         "finish_reason 'length'.",
-        160,
+        128,
     )
     temperature: float = _help("Sampling temperature for training rollouts.", 1.0)
     top_p: float = _help("Nucleus sampling for training rollouts.", 1.0)
@@ -127,8 +127,10 @@ class TrainConfig:
     clip_eps: float = _help("PPO clip range of the ratio to the behaviour (sampling) policy.", 0.2)
     ppo_epochs: int = _help(
         "Optimizer steps per GRPO step, each a pass over the step's rollouts: the first is on-policy "
-        "(ratio 1), later ones reuse the samples under the clip.",
-        2,
+        "(ratio 1 up to the bf16-sampling/fp32-training gap), later ones reuse the samples under the clip. "
+        "1 on a CPU, where one pass over a default step's SmolLM2 rollouts (~20k tokens) takes about 2 "
+        "minutes on 2 cores; configs/tiny.yaml and the GPU config use 2.",
+        1,
     )
     kl_coef: float = _help(
         "KL penalty to the round's starting policy (0 = off, and no reference forward is run).", 0.0
@@ -235,8 +237,9 @@ class ExploreConfig:
     contexts: int = _help(
         "Exploration budget of a round, in contexts: signal contexts (in rank order) up to this many; "
         "the 'random' explorer gets exactly as many contexts as the signal-guided one would. The default "
-        "keeps every signal of the default signals.budget_per_type (3 types x 8).",
-        24,
+        "sizes the embedded default's validation (each context yields up to runs_per_context candidates, "
+        "each attempted validate.attempts times by the policy) for a CPU; the GPU config raises it.",
+        8,
     )
     min_contexts: int = _help(
         "Cold-start fallback: when fewer signal contexts than this are found, the rest of the budget "
@@ -290,7 +293,7 @@ class SynthConfig:
 @dataclass
 class AbstractConfig:
     abstractor: str = _help("Abstractor plug-in: 'template' or 'llm'.", "template")
-    max_turns: int = _help("Most turns of a synthesized task.", 3)
+    max_turns: int = _help("Most turns of a synthesized task (2 keeps CPU training sequences short).", 2)
     base_url: str = _help("OpenAI-compatible endpoint of the 'llm' abstractor.", "")
     model: str = _help("Model name for the 'llm' abstractor.", "")
     api_key_env: str = _help("Environment variable holding the abstractor endpoint's key.", "OPENAI_API_KEY")
