@@ -28,7 +28,7 @@ TASKS = pa.schema(
         ("task_id", pa.string()),
         ("env", pa.string()),
         ("split", pa.string()),  # train | heldout
-        ("origin", pa.string()),  # seed | explored
+        ("origin", pa.string()),  # static (round 0, synthesized from training-scenario states) | explored
         ("category", pa.string()),  # e.g. multi_turn_base; synthesized tasks keep their seed's
         ("signal_type", pa.string()),  # forgetting | boundary | rare | random | null for seeds
         ("seed_task_id", pa.string()),  # the task whose state exploration started from
