@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from coevolve.cli import app
@@ -54,6 +55,24 @@ def test_two_rounds_on_s3_under_prefect(prefect_harness, s3_endpoint, s3_bucket,
         assert r["eval_score"] is not None and r["pool_size"] >= rounds[0]["pool_size"]
     # every candidate carries a verdict and a reason
     assert sql(store, "select count(*) as n from candidates where verdict is null or reason is null")[0]["n"] == 0
+    # the policy learned something each round: gradients flowed and round 2's weights differ from round 1's
+    grads = sql(store, "select round, max(grad_norm) as g from train_steps group by round order by round")
+    assert [g["round"] for g in grads] == [1, 2] and all(g["g"] > 0 for g in grads)
+    from coevolve.config import load_config
+    from coevolve.round import RoundContext, open_run_store
+
+    cfg = load_config(TINY, {"store": store, "train.checkpoint_dir": str(tmp_path / "ckpt")})
+    run_store = open_run_store(cfg)
+    w1, w2 = (_weights(RoundContext(run_store, cfg, r).policy_out()) for r in (1, 2))
+    assert w1.keys() == w2.keys() and any(not torch.equal(w1[k], w2[k]) for k in w1)
+
+
+def _weights(checkpoint: str) -> dict:
+    from safetensors.torch import load_file
+
+    files = sorted(Path(checkpoint).glob("*.safetensors"))
+    assert files, f"no safetensors in {checkpoint}"
+    return {k: v for f in files for k, v in load_file(str(f)).items()}
 
 
 def _counts(store: str) -> dict:
