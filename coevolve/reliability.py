@@ -58,7 +58,8 @@ KEYS: dict[str, tuple[str, ...]] = {
 # A small run: seconds per stage with the tiny model on 2 cores.
 SMALL_RUN: dict[str, Any] = {
     "train.sft_steps": 4, "train.steps": 1, "train.group_size": 2, "train.tasks_per_step": 1,
-    "env.train_limit": 2, "env.heldout_limit": 1, "env.max_turns": 1, "env.step_limit": 2,
+    "synth.scenarios": 2, "synth.contexts_per_scenario": 1, "eval.scenarios": 1, "eval.categories": ["multi_turn_base"],
+    "eval.step_limit": 2, "eval.max_new_tokens": 24, "env.step_limit": 2,
     "policy.max_new_tokens": 24, "explore.runs_per_context": 1, "explore.steps_per_run": 2,
 }
 

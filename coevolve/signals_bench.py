@@ -38,6 +38,9 @@ import pyarrow.parquet as pq
 from coevolve.config import SignalsConfig
 from coevolve.schemas import ROLLOUTS
 
+# ROLLOUTS columns no signal query reads: the synthetic log leaves them null
+_UNREAD = {"reward_progress", "reward_format", "prompt_ids", "completion_ids", "completion_logprobs"}
+
 RUN_ID = "bench"
 OTHER_RUN_ID = "bench-other"
 N_TOOLS = 40
@@ -169,6 +172,8 @@ def _steps(eps: dict[str, np.ndarray], sel: np.ndarray, round: int, workflows: n
             "n_tokens": pa.array(rng.integers(5, 60, n), pa.int32()),
             "policy_version": _dict_array(np.zeros(n, np.int8), [f"r{round}"]),
             "finish_reason": pa.nulls(n, pa.string()),
+            # the columns the signal queries do not read stay null
+            **{f.name: pa.nulls(n, f.type) for f in ROLLOUTS if f.name in _UNREAD},
         },
         schema=ROLLOUTS,
     )

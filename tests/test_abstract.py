@@ -121,7 +121,7 @@ def test_template_splits_turns_at_goal_boundaries(env, seed):
         _ok("touch", {"file_name": "todo.txt"}),
         _ok("authenticate_twitter", {"username": "analyst_pro", "password": "Kj8#mP9$vL2"}),
     ]
-    (turns, reference), = TemplateAbstractor(load_config()).abstract([_run(seed, env, steps)])
+    (turns, reference), = TemplateAbstractor(load_config(overrides={"abstract.max_turns": 3})).abstract([_run(seed, env, steps)])
     assert [[c["name"] for c in t] for t in reference] == [["cd", "mkdir"], ["cd", "touch"], ["authenticate_twitter"]]
     assert turns[1] == "Go into the parent folder and create an empty file named todo.txt."
     assert turns[2] == "Log in to Twitter as analyst_pro with password 'Kj8#mP9$vL2'."
@@ -175,7 +175,7 @@ def test_llm_abstractor_checks_the_schema_and_rejects_with_reasons(env, seed):
         '{"turns": [{"instruction": "x", "calls": [{"name": "ls", "arguments": "a=1"}]}]}',
         '{"turns": [{"instruction": "x", "calls": [{"name": "ls"',
     ]
-    cfg = load_config(overrides={"abstract.abstractor": "llm", "abstract.base_url": "http://127.0.0.1:1/v1"})
+    cfg = load_config(overrides={"abstract.abstractor": "llm", "abstract.base_url": "http://127.0.0.1:1/v1", "abstract.max_turns": 3})
     out = LLMAbstractor(cfg, policy=ScriptedPolicy(replies)).abstract([run] * len(replies))
     turns, reference = out[0]
     assert turns == ["Go into document.", "List it."] and reference[1] == [{"name": "ls", "arguments": {}}]

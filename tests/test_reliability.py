@@ -14,8 +14,9 @@ from coevolve.reliability import (
 from coevolve.s3_faults import FaultProxy
 
 CHEAP_RUN = {
-    "train.backend": "chaos_plugins:copy_trainer", "env.train_limit": 2, "env.heldout_limit": 0,
-    "env.max_turns": 1, "env.step_limit": 1, "explore.runs_per_context": 1, "explore.steps_per_run": 2,
+    "train.backend": "chaos_plugins:copy_trainer", "synth.scenarios": 2, "synth.contexts_per_scenario": 1,
+    "eval.scenarios": 1, "eval.categories": ["multi_turn_base"], "eval.step_limit": 1, "eval.max_new_tokens": 8,
+    "env.step_limit": 1, "explore.runs_per_context": 1, "explore.steps_per_run": 2,
 }
 
 

@@ -187,4 +187,6 @@ def test_cli_dry_run_prints_config_and_launch_command(tmp_path):
     assert "adv_estimator: grpo" in result.output and "default_agent_loop: coevolve" in result.output
     command = result.output.split("# launch command:\n", 1)[1].strip().splitlines()
     assert len(command) == 1 and " -m verl.trainer.main_ppo " in command[0]
-    assert (tmp_path / "ckpt" / "default" / "round-1-verl" / "train.parquet").is_file()
+    # the round's verl files sit beside its checkpoint, under the configured location
+    exported = list((tmp_path / "ckpt").rglob("train.parquet"))
+    assert len(exported) == 1 and exported[0].parent.name.endswith("-verl")

@@ -210,7 +210,7 @@ def test_embedded_default_round_from_20_signals(signal_store, env):
     seeds = env.load_tasks(["multi_turn_base", "multi_turn_miss_func", "multi_turn_long_context"])
     seeds = [t for i, t in enumerate(seeds) if i % 30 == 0][:20]
     store = signal_store(seeds)
-    cfg = load_config(overrides={"store": store.uri, "run_name": "t"})
+    cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.contexts": 24})
     signals = store.read("signals").to_pylist()
     assert len(signals) == 20 and set(Counter(s["signal_type"] for s in signals)) == {"forgetting", "boundary", "rare"}
 

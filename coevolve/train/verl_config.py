@@ -52,8 +52,8 @@ def build_overrides(
     overrides = [
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=False",
-        f"data.train_files=[{train_file}]",
-        f"data.val_files=[{train_file}]",
+        f"data.train_files=[{_quoted(train_file)}]",
+        f"data.val_files=[{_quoted(train_file)}]",
         f"data.train_batch_size={batch}",
         f"data.max_prompt_length={p.max_context_tokens}",
         f"data.max_response_length={response_len}",
@@ -62,7 +62,7 @@ def build_overrides(
         "data.truncation=left",
         "data.dataloader_num_workers=0",
         f"data.seed={cfg.seed}",
-        f"actor_rollout_ref.model.path={model_path}",
+        f"actor_rollout_ref.model.path={_quoted(model_path)}",
         f"actor_rollout_ref.model.lora_rank={t.lora_r if t.lora else 0}",
         f"actor_rollout_ref.model.lora_alpha={t.lora_alpha}",
         f"actor_rollout_ref.actor.optim.lr={t.lr}",
@@ -84,11 +84,11 @@ def build_overrides(
         "actor_rollout_ref.rollout.multi_turn.enable=True",
         "actor_rollout_ref.rollout.multi_turn.format=hermes",
         f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_config}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={_quoted(agent_loop_config)}",
         "trainer.logger=[console]",
         "trainer.project_name=coevolve",
         f"trainer.experiment_name={run_id}-round-{round}",
-        f"trainer.default_local_dir={out_dir}",
+        f"trainer.default_local_dir={_quoted(out_dir)}",
         f"trainer.n_gpus_per_node={t.verl_gpus_per_node}",
         f"trainer.nnodes={t.verl_nodes}",
         f"trainer.total_training_steps={max(t.steps, 1)}",
@@ -98,7 +98,7 @@ def build_overrides(
         "trainer.val_before_train=False",
         "trainer.resume_mode=disable",
         # read by coevolve's agent loop on the rollout workers
-        f"+coevolve.store={store}",
+        f"+coevolve.store={_quoted(store)}",
         f"+coevolve.run_id={run_id}",
         f"+coevolve.round={round}",
         f"+coevolve.env={cfg.env.name}",
@@ -147,3 +147,9 @@ def launch_command(overrides: list[str], ray_address: str = "", python: str | No
 def format_command(argv: list[str]) -> str:
     """``argv`` as one shell line a user can paste."""
     return " ".join(shlex.quote(a) for a in argv)
+
+
+def _quoted(value: str) -> str:
+    """A path as a quoted Hydra override value: paths may hold ``=``, ``,`` or brackets
+    (checkpoints live under ``.../round=<r>/``), which the override grammar would parse."""
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
