@@ -138,8 +138,11 @@ class TrainConfig:
     threads: int = _help("torch intra-op threads of the local trainer (0 = every core).", 0)
     micro_batch_size: int = _help(
         "Sequences per forward/backward pass. A step's sequences are all accumulated into one "
-        "optimizer step (gradient accumulation), so this bounds memory without changing the update.",
-        4,
+        "optimizer step (gradient accumulation), so this bounds memory without changing the update. "
+        "1 on a CPU: a batch of unequal lengths needs a padding mask, and torch's CPU attention with "
+        "a mask keeps every layer's full attention matrix for the backward pass (4 x 1.5k-token "
+        "SmolLM2 sequences took over 20 GB); one sequence at a time runs the causal kernel unpadded.",
+        1,
     )
     max_seq_tokens: int = _help("Longest training sequence; longer episodes are cut from the left.", 1536)
     sft_batch_size: int = _help("Reference trajectories per SFT warm-start step.", 2)

@@ -49,7 +49,7 @@ def test_thirty_grpo_steps_raise_the_reward_on_bfcl_state_tasks(tmp_path):
     warm = train_round(store, warm_cfg, "learn", 1, "tiny", tasks)
     before = _reward(warm_cfg, warm.checkpoint, tasks)
 
-    cfg = _config(tmp_path, sft_steps=0, steps=30, tasks_per_step=4, group_size=6, lr=5e-4)
+    cfg = _config(tmp_path, sft_steps=0, steps=30, tasks_per_step=4, group_size=6, lr=5e-4, ppo_epochs=2)
     result = train_round(store, cfg, "learn", 2, warm.checkpoint, tasks)
     after = _reward(cfg, result.checkpoint, tasks)
 
