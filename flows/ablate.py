@@ -3,9 +3,9 @@
     coevolve ablate --config configs/tiny.yaml --seeds 2 --rounds 1 --store /tmp/abl
     python -m flows.ablate configs/tiny.yaml 2 1 /tmp/abl
 
-A trained condition's subflow is the seed task and ``round_flow`` of ``flows.evolve`` per
-round (so its rounds publish their artifacts as any run does); zero-shot is the seed task
-and one evaluation. The ablation publishes a Markdown artifact with the summary table and
+A trained condition's subflow is ``round_flow`` of ``flows.evolve`` for round 0 (the
+synthesized seed pool) and each round (so its rounds publish their artifacts as any run
+does); zero-shot is round 0 and one evaluation. The ablation publishes a Markdown artifact with the summary table and
 the report's pictures (written into ``<store>/report``; S3 stores: ``./coevolve-report``).
 """
 
@@ -20,7 +20,7 @@ from coevolve.ablate import ablation_store, find_run, is_done, plan, record_run,
 from coevolve.config import RunConfig, load_config
 from coevolve.round import open_run_store, run_stage
 from coevolve.report import ablation_markdown
-from flows.evolve import round_flow, seed_task
+from flows.evolve import round_flow
 
 
 @task(name="zero-shot-evaluate", retries=1, retry_delay_seconds=2)
@@ -40,7 +40,7 @@ def condition_flow(plan_args: dict[str, Any], run_id: str) -> list[dict]:
     """One condition x seed (``run_id``) of the plan, in its own sub-store."""
     run = find_run(plan(**_plan_kwargs(plan_args)), run_id)
     config = run.cfg.to_dict()
-    seed_task(config)
+    round_flow(config, 0)  # round 0: the run's synthesized seed pool (skipped when its store has one)
     if run.condition.trains:
         rows = [round_flow(config, r) for r in range(1, run.cfg.rounds + 1)]
     else:
