@@ -114,8 +114,9 @@ def run_condition(run: AblationRun) -> list[dict]:
     rows (zero-shot: a single row for round 0 with the base policy's evaluation)."""
     sub = open_run_store(run.cfg)
     if run.condition.trains:
-        return run_rounds(run.cfg, sub)
-    seed_pool(sub, run.cfg)  # evaluation reads the held-out tasks of the pool
+        # round 0 synthesizes the pool and evaluates nothing: the ladder's round 0 is zero-shot's
+        return [row for row in run_rounds(run.cfg, sub) if row["round"] > 0]
+    seed_pool(sub, run.cfg)  # round 0: the run's synthesized pool, as every condition starts from
     return [zero_shot_row(run.cfg, run_stage(sub, run.cfg, 0, "evaluate"))]
 
 
