@@ -144,6 +144,13 @@ class TrainConfig:
         "SmolLM2 sequences took over 20 GB); one sequence at a time runs the causal kernel unpadded.",
         1,
     )
+    share_prefix: bool = _help(
+        "Compute the prompt a GRPO group's episodes (or SFT examples of one tool set) share once per "
+        "step and score each sequence's remainder on its cached keys and values: same loss, same "
+        "gradient, about half the tokens of a default CPU step. Off: micro-batches of "
+        "micro_batch_size whole sequences (padded; the better choice for large GPU batches).",
+        True,
+    )
     max_seq_tokens: int = _help("Longest training sequence; longer episodes are cut from the left.", 1536)
     sft_batch_size: int = _help("Reference trajectories per SFT warm-start step.", 2)
     lr_scheduler: str = _help(

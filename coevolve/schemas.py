@@ -200,8 +200,9 @@ TRAIN_STEPS = pa.schema(
         ("reward_mean", pa.float64()),  # episode rewards of the step's rollouts
         ("reward_std", pa.float64()),
         ("n_sequences", pa.int32()),  # training sequences (episodes with non-zero advantage, split where needed)
-        ("n_tokens", pa.int64()),  # tokens forwarded
+        ("n_tokens", pa.int64()),  # tokens of the training sequences
         ("n_trained_tokens", pa.int64()),  # sampled tokens with a loss
+        ("n_computed_tokens", pa.int64()),  # tokens forwarded (a shared prompt counts once)
         ("lr", pa.float64()),
         ("seconds", pa.float64()),  # wall time of this optimizer step (forward, backward, AdamW)
     ]

@@ -1,10 +1,10 @@
 """``coevolve bench train``'s measurement runs the trainer's step and the plain reference on one
-model, and the probe tasks are built from training scenario states only."""
+model, and the benchmarks' tasks are synthesized (round 0), never BFCL's questions."""
 
 from __future__ import annotations
 
 from coevolve.train.bench import measure_update
-from coevolve.train.probe import INSTRUCTIONS, file_system_tasks
+from coevolve.train.probe import split_by_scenario, synthesized_tasks
 
 
 def test_trainer_and_plain_reference_are_timed_side_by_side():
@@ -13,15 +13,12 @@ def test_trainer_and_plain_reference_are_timed_side_by_side():
     assert m["ratio"] == m["reference_s"] / m["trainer_s"] and m["tokens"] == 128 and m["trainable"] > 10**6
 
 
-def test_probe_tasks_use_training_scenario_states_and_hand_made_calls():
-    from coevolve.envs.bfcl_data import scenario_of
-
-    heldout = frozenset({1, 2, 3})
-    tasks = file_system_tasks(2, heldout=heldout)
-    named = file_system_tasks(2, heldout=heldout, named=True)
-    assert len(tasks) == len(named) == 2 * len(INSTRUCTIONS)
-    scenarios = {scenario_of(t.task_id.rsplit("-", 1)[0]) for t in tasks}
-    assert not scenarios & heldout
-    assert [t.reference_actions for t in tasks] == [t.reference_actions for t in named]
-    assert named[0].turns == ["Call ls."] and tasks[0].turns == [INSTRUCTIONS[0][0]]
-    assert all(set(t.tools) <= {"ls", "pwd", "du", "cd", "mkdir"} for t in tasks)
+def test_probe_tasks_are_round_zero_synthesized_tasks_split_by_scenario():
+    tasks = synthesized_tasks(0)
+    assert tasks == synthesized_tasks(0)  # deterministic for a seed
+    assert tasks and all(t.origin == "static" and t.split == "train" and "~" in t.task_id for t in tasks)
+    short = synthesized_tasks(0, max_turns=1)
+    assert short and all(len(t.turns) == 1 for t in short) and len(short) < len(tasks)
+    first, rest = split_by_scenario(tasks, 0.5)
+    assert first and rest and len(first) + len(rest) == len(tasks)
+    assert not {t.task_id.split("~")[0] for t in first} & {t.task_id.split("~")[0] for t in rest}

@@ -78,7 +78,7 @@ def bench_train(
 ) -> None:
     """The local trainer's update step next to a plain torch (+ peft) reference doing the same
     math on the same shapes (the tiny model with full fine-tuning, others with LoRA r=16), and
-    one whole default GRPO step of SmolLM2 on BFCL-derived tasks."""
+    one whole default GRPO step of SmolLM2 on synthesized BFCL tasks."""
     from rich.table import Table
 
     from coevolve.train.bench import measure_grpo_step, measure_update
@@ -95,9 +95,10 @@ def bench_train(
     if whole_step:
         w = measure_grpo_step("smollm2", **({"train.threads": threads} if threads else {}))
         console.print(
-            f"one default GRPO step of SmolLM2 (LoRA, {w['episodes']} episodes on BFCL-derived tasks, "
+            f"one default GRPO step of SmolLM2 (LoRA, {w['episodes']} episodes on synthesized tasks, "
             f"max_new_tokens {w['max_new_tokens']}, ppo_epochs {w['ppo_epochs']}): {w['seconds']:.1f}s = "
-            f"rollouts {w['rollout_s']:.1f}s + update {w['update_s']:.1f}s ({w['n_tokens']:,} tokens); "
+            f"rollouts {w['rollout_s']:.1f}s + update {w['update_s']:.1f}s ({w['n_tokens']:,} tokens, "
+            f"{w['n_computed_tokens']:,} computed with shared prompts {'on' if w['share_prefix'] else 'off'}); "
             f"reward {w['reward']:.2f}"
         )
 
@@ -106,13 +107,14 @@ def bench_train(
 def bench_sft(
     model: str = typer.Option("smollm2", "--model", help="Model to warm-start."),
     steps: int = typer.Option(30, "--steps", help="LoRA SFT steps."),
-    n_train: int = typer.Option(24, "--train", help="BFCL-derived tasks whose reference trajectories are trained on."),
-    n_heldout: int = typer.Option(12, "--heldout", help="Held-out BFCL-derived tasks measured."),
+    n_train: int = typer.Option(24, "--train", help="Synthesized tasks (round 0, half of its scenarios) whose reference trajectories are trained on."),
+    n_heldout: int = typer.Option(12, "--heldout", help="First turns of synthesized tasks on the other scenarios, measured."),
     batch: int = typer.Option(2, "--batch", help="Trajectories per SFT step."),
     lr: float = typer.Option(5e-4, "--lr", help="SFT learning rate."),
 ) -> None:
     """Does a short SFT warm start teach the model tool calls? First-call quality on held-out
-    BFCL-derived single-turn tasks (greedy), before and after LoRA SFT on reference trajectories."""
+    single-turn tasks synthesized on other scenarios (greedy), before and after LoRA SFT on the
+    reference trajectories of synthesized tasks (round 0; BFCL questions are never read)."""
     from rich.table import Table
 
     from coevolve.train.bench import sft_probe

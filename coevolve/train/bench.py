@@ -29,7 +29,7 @@ def measure_update(model_name: str, *, lora: bool, steps: int, batch: int, seq_l
 
     from coevolve.policy.models import resolve_model
     from coevolve.train.local import attach_lora, grpo_optimizer_step
-    from coevolve.train.scoring import pack, sampled_logprobs
+    from coevolve.train.scoring import Chunk, pack, sampled_logprobs
     from coevolve.train.sequences import TokenSequence
 
     before = torch.get_num_threads()
@@ -53,7 +53,7 @@ def measure_update(model_name: str, *, lora: bool, steps: int, batch: int, seq_l
         labels[:, :half] = -100
 
         def trainer_step() -> None:
-            grpo_optimizer_step(model, params, optimizer, [packed], refs=None, temperature=1.0, clip_eps=0.2,
+            grpo_optimizer_step(model, params, optimizer, [Chunk([], [packed], list(range(batch)))], refs=None, temperature=1.0, clip_eps=0.2,
                                 kl_coef=0.0, max_grad_norm=1.0)
 
         def reference_step() -> None:
@@ -78,18 +78,18 @@ def measure_update(model_name: str, *, lora: bool, steps: int, batch: int, seq_l
         torch.set_num_threads(before)
 
 
-def measure_grpo_step(model_name: str = "smollm2", *, n_scenarios: int = 1, seed: int = 0, **overrides) -> dict:
-    """One default GRPO step (``train.steps = 1``, no SFT) of ``model_name`` on BFCL-derived
-    tasks (``coevolve.train.probe``: hand-made instructions over training scenario states),
-    timed end to end: ``{"seconds", "rollout_s", "update_s", "episodes", "n_tokens", "reward"}``."""
+def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides) -> dict:
+    """One default GRPO step (``train.steps = 1``, no SFT) of ``model_name`` on synthesized BFCL
+    tasks (the seed pool round 0 builds for ``seed``: ``coevolve.train.probe``), timed end to
+    end: ``{"seconds", "rollout_s", "update_s", "episodes", "n_tokens", "n_computed_tokens", "reward"}``."""
     import tempfile
 
     from coevolve.config import load_config
     from coevolve.store import Store
     from coevolve.train.local import train_local
-    from coevolve.train.probe import file_system_tasks
+    from coevolve.train.probe import synthesized_tasks
 
-    tasks = file_system_tasks(n_scenarios)
+    tasks = synthesized_tasks(seed)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(None, {"run_name": "bench", "store": tmp, "seed": seed, "policy.model": model_name,
                                  "train.checkpoint_dir": f"{tmp}/ckpt", "train.sft_steps": 0, "train.steps": 1,
@@ -99,22 +99,26 @@ def measure_grpo_step(model_name: str = "smollm2", *, n_scenarios: int = 1, seed
         started = time.perf_counter()
         train_local(store, cfg, "bench", 1, model_name, tasks, on_step=seen.append)
         total = time.perf_counter() - started
-        update_s = sum(r["seconds"] for r in store.read("train_steps").to_pylist())
+        updates = store.read("train_steps").to_pylist()
     step = seen[0]
+    update_s = sum(r["seconds"] for r in updates)
     return {"seconds": step.seconds, "update_s": update_s, "rollout_s": step.seconds - update_s,
-            "total_s": total, "episodes": step.n_episodes, "n_tokens": step.n_tokens, "reward": step.mean_reward,
-            "ppo_epochs": cfg.train.ppo_epochs, "max_new_tokens": cfg.policy.max_new_tokens}
+            "total_s": total, "episodes": step.n_episodes, "n_tokens": step.n_tokens,
+            "n_computed_tokens": sum(r["n_computed_tokens"] or 0 for r in updates), "reward": step.mean_reward,
+            "ppo_epochs": cfg.train.ppo_epochs, "max_new_tokens": cfg.policy.max_new_tokens,
+            "share_prefix": cfg.train.share_prefix}
 
 
 def single_turn_tasks(tasks: list) -> list:
-    """BFCL-derived single-call tasks: each entry's first turn, with that turn's reference calls."""
+    """Tasks reduced to their first turn (with that turn's reference calls)."""
     from coevolve.tasks import Task
 
     out = []
     for t in tasks:
         if t.turns and t.turns[0] and t.reference_actions and t.reference_actions[0]:
             out.append(Task(task_id=f"{t.task_id}-turn0", env=t.env, turns=[t.turns[0]], initial_state=t.initial_state,
-                            reference_actions=[t.reference_actions[0]], tools=t.tools, category=t.category))
+                            reference_actions=[t.reference_actions[0]], tools=t.tools, category=t.category,
+                            split=t.split, origin=t.origin))
     return out
 
 
@@ -140,21 +144,23 @@ def first_call_quality(policy, env, tasks: list, *, max_new_tokens: int) -> dict
 
 def sft_probe(model_name: str = "smollm2", *, sft_steps: int = 30, n_train: int = 24, n_heldout: int = 12,
               batch: int = 2, lr: float = 5e-4, max_tokens: int = 1536, seed: int = 0) -> dict:
-    """Does a short LoRA SFT warm start teach ``model_name`` BFCL tool calls?
+    """Does a short LoRA SFT warm start teach ``model_name`` tool calls?
 
-    SFT on the reference trajectories of the first ``n_train`` BFCL-derived single-turn tasks
-    (multi_turn_base entries), then the first-call quality on the next ``n_heldout`` (other
-    entries); returns ``{"before", "after", "sft_seconds", "losses"}``.
+    SFT on the reference trajectories of up to ``n_train`` synthesized tasks (round 0's seed pool
+    for ``seed``: ``coevolve.train.probe``) of half of its scenarios, then the first-call quality
+    on up to ``n_heldout`` first turns of tasks on the other scenarios; returns
+    ``{"before", "after", "sft_seconds", "losses"}``. BFCL's questions and answers are never read.
     """
     from coevolve.config import PolicyConfig
     from coevolve.policy import load_policy
     from coevolve.registry import resolve
     from coevolve.train.local import attach_lora, encode_result
+    from coevolve.train.probe import split_by_scenario, synthesized_tasks
     from coevolve.train.sft import reference_chats, run_sft
 
     env = resolve("environment", "bfcl-v3")()
-    tasks = single_turn_tasks(env.load_tasks(categories=["multi_turn_base"]))
-    train, heldout = tasks[:n_train], tasks[n_train : n_train + n_heldout]
+    train, other = split_by_scenario(synthesized_tasks(seed), 0.5)
+    train, heldout = train[:n_train], single_turn_tasks(other)[:n_heldout]
     pcfg = PolicyConfig(model=model_name, tool_format="compact", max_context_tokens=max_tokens, max_new_tokens=64)
     policy = load_policy(pcfg)
     before = first_call_quality(policy, env, heldout, max_new_tokens=64)

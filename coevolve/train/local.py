@@ -13,7 +13,7 @@ One round (``train_local``):
    each group, and take ``train.ppo_epochs`` optimizer steps of the clipped policy-gradient
    loss (+ KL) on exactly the sampled tokens (``sequences.episode_sequences``: the ids and
    behaviour log-probs the rollout rows carry, never re-tokenized), each accumulated over
-   micro-batches of ``micro_batch_size`` sequences; every optimizer step writes a row to
+   the step's sequences (a GRPO group's shared prompt computed once: ``scoring.plan``); every optimizer step writes a row to
    ``train_steps``;
 4. merge the adapters and save a Hugging Face checkpoint (weights + tokenizer) to
    ``<checkpoint_dir>/<run_id>/round-<round>``.
@@ -44,7 +44,7 @@ from coevolve.registry import resolve
 from coevolve.tasks import Task
 from coevolve.train import TrainResult, checkpoint_path
 from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty
-from coevolve.train.scoring import pack, sampled_logprobs
+from coevolve.train.scoring import Chunk, forward_backward, plan
 from coevolve.train.sequences import TokenSequence, encode_chat, episode_sequences, wire_renderer
 
 
@@ -164,12 +164,12 @@ class GrpoTrainer:
         order = sorted(range(len(seqs)), key=lambda j: len(seqs[j].ids))
         return [seqs[j] for j in order], [advs[j] for j in order]
 
-    def _reference_logprobs(self, batch: dict[str, Any]) -> torch.Tensor:
+    def _reference_logprobs(self, chunk: Chunk) -> list[torch.Tensor]:
         with torch.no_grad():
             if hasattr(self.model, "disable_adapter"):  # LoRA: the base model is the reference
                 with self.model.disable_adapter():
-                    return sampled_logprobs(self.model, batch, self.temperature)
-            return sampled_logprobs(self.ref_model, batch, self.temperature)
+                    return forward_backward(self.model, chunk, self.temperature, None)
+            return forward_backward(self.ref_model, chunk, self.temperature, None)
 
     def update(self, results: list[Any]) -> list[dict[str, Any]]:
         """``train.ppo_epochs`` optimizer steps of GRPO on ``results`` (EpisodeResults of whole
@@ -181,22 +181,22 @@ class GrpoTrainer:
         seqs, advs = self._sequences(results, adv)
         if not seqs:  # no optimizer step, so the schedule (counted in optimizer steps) waits too
             return []
-        size = t.micro_batch_size
-        batches = [pack(seqs[i : i + size], self.pad_id, advs[i : i + size]) for i in range(0, len(seqs), size)]
-        n_trained = sum(int(b["targets"].numel()) for b in batches)
-        refs = [self._reference_logprobs(b) for b in batches] if t.kl_coef > 0 else None
+        chunks = plan(seqs, self.pad_id, advs, micro_batch_size=t.micro_batch_size, share_prefix=t.share_prefix)
+        n_trained = sum(int(b["targets"].numel()) for c in chunks for b in c.batches)
+        n_computed = sum(len(c.prefix) + sum(int(b["input_ids"].numel()) for b in c.batches) for c in chunks)
+        refs = [self._reference_logprobs(c) for c in chunks] if t.kl_coef > 0 else None
         out = []
         for epoch in range(t.ppo_epochs):
             stats = grpo_optimizer_step(
-                self.model, self.params, self.optimizer, batches, refs=refs, temperature=self.temperature,
+                self.model, self.params, self.optimizer, chunks, refs=refs, temperature=self.temperature,
                 clip_eps=t.clip_eps, kl_coef=t.kl_coef, max_grad_norm=t.max_grad_norm,
             )
             self.scheduler.step()
             out.append({
                 **stats, "epoch": epoch,
                 "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
-                "n_sequences": len(seqs), "n_tokens": sum(b["n_tokens"] for b in batches),
-                "n_trained_tokens": n_trained,
+                "n_sequences": len(seqs), "n_tokens": sum(len(s.ids) for s in seqs),
+                "n_trained_tokens": n_trained, "n_computed_tokens": n_computed,
             })
         # the policy caches prompt-prefix KV across calls; those keys came from the old weights
         self.policy.prefix_cache.clear()
@@ -207,37 +207,41 @@ def grpo_optimizer_step(
     model: torch.nn.Module,
     params: list[torch.nn.Parameter],
     optimizer: torch.optim.Optimizer,
-    batches: list[dict[str, Any]],
+    chunks: list[Chunk],
     *,
-    refs: list[torch.Tensor] | None,
+    refs: list[list[torch.Tensor]] | None,
     temperature: float,
     clip_eps: float,
     kl_coef: float,
     max_grad_norm: float,
 ) -> dict[str, float]:
-    """One optimizer step of the clipped GRPO loss (+ ``kl_coef`` x KL to ``refs``) over
-    ``batches`` (``scoring.pack`` micro-batches, gradients accumulated; the loss is the token
-    mean over all of them). Returns the ``train_steps`` statistics of the step."""
+    """One optimizer step of the clipped GRPO loss (+ ``kl_coef`` x KL to ``refs``, one tensor
+    per batch of each chunk) over ``chunks`` (``scoring.plan``; gradients accumulated, the loss
+    is the token mean over all of them). Returns the ``train_steps`` statistics of the step."""
     started = time.perf_counter()
-    denom = float(sum(int(b["targets"].numel()) for b in batches)) or 1.0
+    denom = float(sum(int(b["targets"].numel()) for c in chunks for b in c.batches)) or 1.0
     model.train()
     optimizer.zero_grad(set_to_none=True)
     stats = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
-    for k, batch in enumerate(batches):
-        logp = sampled_logprobs(model, batch, temperature)
-        ones = torch.ones_like(logp)
-        pg, info = clipped_pg_loss(logp, batch["old_logp"], batch["adv"], ones, clip_eps, denom=denom)
-        loss = pg
-        if refs is not None:
-            kl = kl_penalty(logp, refs[k], ones, denom=denom)
-            loss = loss + kl_coef * kl
-            stats["kl"] += kl.item()
-        loss.backward()
-        share = logp.numel() / denom
-        stats["loss"] += loss.item()
-        stats["pg_loss"] += pg.item()
-        stats["clip_frac"] += info["clip_frac"] * share
-        stats["ratio_mean"] += info["ratio"] * share
+    for k, chunk in enumerate(chunks):
+        ref_of = {id(b): refs[k][j] for j, b in enumerate(chunk.batches)} if refs is not None else {}
+
+        def loss_fn(logp: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+            ones = torch.ones_like(logp)
+            pg, info = clipped_pg_loss(logp, batch["old_logp"], batch["adv"], ones, clip_eps, denom=denom)
+            loss = pg
+            if refs is not None:
+                kl = kl_penalty(logp, ref_of[id(batch)], ones, denom=denom)
+                loss = loss + kl_coef * kl
+                stats["kl"] += kl.item()
+            share = logp.numel() / denom
+            stats["loss"] += loss.item()
+            stats["pg_loss"] += pg.item()
+            stats["clip_frac"] += info["clip_frac"] * share
+            stats["ratio_mean"] += info["ratio"] * share
+            return loss
+
+        forward_backward(model, chunk, temperature, loss_fn)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     lr = optimizer.param_groups[0]["lr"]
     optimizer.step()
@@ -309,7 +313,7 @@ def _train(store: Any, cfg: Any, run_id: str, round: int, policy_in: str, tasks:
         chats = reference_chats(env, tasks, step_limit=cfg.env.step_limit, seed=seed)
         examples = [encode_result(policy.tokenizer, r, cfg.policy.tool_format, t.max_seq_tokens) for r in chats]
         run_sft(model, policy.tokenizer, examples, steps=t.sft_steps, batch_size=t.sft_batch_size, lr=t.sft_lr,
-                micro_batch_size=t.micro_batch_size, seed=seed)
+                micro_batch_size=t.micro_batch_size, seed=seed, share_prefix=t.share_prefix)
         policy.prefix_cache.clear()
 
     trainer = GrpoTrainer(policy, env, cfg, model, ref_model)

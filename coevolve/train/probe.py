@@ -1,67 +1,48 @@
-"""Hand-made single-turn tasks over BFCL-V3 *training scenario states*: a fixed task set on
-which a GRPO run's reward can be watched rising (the learning test, ``coevolve bench train``'s
-whole-step figure).
+"""Synthesized BFCL tasks for learning tests and training benchmarks.
 
-Only what the training side may read is used: the initial state of training scenarios
-(``coevolve.envs.bfcl_data.scenario_states``). The instructions and reference calls are
-written here by hand, never taken from BFCL's questions or ground truth:
+Round 0 of a run config (``coevolve.round.run_round(.., 0)``: coverage exploration of
+training-scenario states, abstraction, mechanical validation) in a scratch store: the same
+tasks a real run's seed pool starts from, built in about a second, and deterministic for a
+seed. BFCL's questions and ground-truth calls are never read.
 
-    "List the files in the current directory."   -> ls()
-    "Print the current working directory."       -> pwd()
-    "Create a new directory called backup."      -> mkdir(dir_name="backup")
-    ...
-
-The file-system scenarios' states differ (directory trees, current directory), so the same
-instruction gives different observations per scenario. ``functions`` limits the tool block
-to a few file-system functions (the others go to the state's ``excluded_function``), which
-keeps prompts short enough for a CPU test.
+    tasks = synthesized_tasks(seed=0, max_turns=1)   # e.g. "List my tickets." -> get_user_tickets()
+    train, other = split_by_scenario(tasks, 0.5)     # disjoint scenarios, for a held-out measure
 """
 
 from __future__ import annotations
 
-import copy
-import json
+import tempfile
+from typing import Any
 
 from coevolve.tasks import Task
 
-# (instruction, reference call): each is answered by one call of the file system.
-INSTRUCTIONS: list[tuple[str, dict]] = [
-    ("List the files in the current directory.", {"name": "ls", "arguments": {}}),
-    ("Print the current working directory.", {"name": "pwd", "arguments": {}}),
-    ("How much disk space does the current directory use?", {"name": "du", "arguments": {}}),
-    ("Show every file here, hidden ones included.", {"name": "ls", "arguments": {"a": True}}),
-    ("Create a new directory called backup.", {"name": "mkdir", "arguments": {"dir_name": "backup"}}),
-]
 
-FUNCTIONS = ("ls", "pwd", "du", "cd", "mkdir")
+def synthesized_tasks(seed: int = 0, *, max_turns: int | None = None, overrides: dict[str, Any] | None = None
+                      ) -> list[Task]:
+    """The seed pool round 0 synthesizes for the embedded default with ``seed`` (plus
+    ``overrides``), as tasks sorted by id; ``max_turns`` keeps tasks of at most that many turns."""
+    from coevolve.config import load_config
+    from coevolve.round import pool_tasks, run_round
+    from coevolve.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(None, {"store": tmp, "run_name": "probe", "seed": seed, **(overrides or {})})
+        store = Store(tmp)
+        run_round(store, cfg, 0)
+        tasks = pool_tasks(store, "train")
+    if max_turns is not None:
+        tasks = [t for t in tasks if len(t.turns) <= max_turns]
+    return sorted(tasks, key=lambda t: t.task_id)
 
 
-def file_system_tasks(n_scenarios: int = 4, *, heldout: frozenset[int] = frozenset(),
-                      functions: tuple[str, ...] = FUNCTIONS, named: bool = False) -> list[Task]:
-    """``len(INSTRUCTIONS) x n_scenarios`` single-turn tasks on the first ``n_scenarios``
-    training scenarios whose only class is GorillaFileSystem (multi_turn_base states).
+def split_by_scenario(tasks: list[Task], share: float) -> tuple[list[Task], list[Task]]:
+    """``(first, rest)``: the tasks of the first ``share`` of their scenarios (in id order) and
+    the others, so that no scenario state is in both."""
+    from coevolve.envs.bfcl_data import scenario_of
 
-    ``named``: the instruction names the call instead ("Call ls with {"a": true}."): a sibling
-    family that teaches the call format without what each plain instruction means."""
-    from coevolve.envs import bfcl_data
+    def scenario(task: Task) -> int:  # a synthesized task's id extends its state's: <state id>~<suffix>
+        return scenario_of(task.task_id.split("~", 1)[0])
 
-    states = [t for t in bfcl_data.scenario_states(bfcl_data.training_scenarios(heldout), ["multi_turn_base"])
-              if t.initial_state["involved_classes"] == ["GorillaFileSystem"]][:n_scenarios]
-    if len(states) < n_scenarios:
-        raise ValueError(f"only {len(states)} file-system training scenarios, {n_scenarios} asked for")
-    hidden = [d["name"] for d in bfcl_data._class_docs("GorillaFileSystem") if d["name"] not in functions]
-    tasks = []
-    for state in states:
-        initial = copy.deepcopy(state.initial_state)
-        initial["excluded_function"] = sorted(set(initial.get("excluded_function", [])) | set(hidden))
-        for k, (text, call) in enumerate(INSTRUCTIONS):
-            if named:
-                args = f" with {json.dumps(call['arguments'])}" if call["arguments"] else ""
-                text = f"Call {call['name']}{args}."
-            tasks.append(Task(
-                task_id=f"{state.task_id}-{'named' if named else 'probe'}{k}", env="bfcl-v3", turns=[text],
-                initial_state=initial,
-                reference_actions=[[copy.deepcopy(call)]], tools=[f for f in state.tools if f in functions],
-                category=state.category, split="train", origin="static",
-            ))
-    return tasks
+    scenarios = sorted({scenario(t) for t in tasks})
+    first = set(scenarios[: max(1, round(share * len(scenarios)))])
+    return [t for t in tasks if scenario(t) in first], [t for t in tasks if scenario(t) not in first]

@@ -15,11 +15,24 @@ memory traffic (prompt and observation tokens never reach the head).
 Works for models whose logits are the output embedding applied to the decoder's last
 hidden state (Llama, Qwen2/3, Mistral, SmolLM2, ...), plain or wrapped by peft; others
 (e.g. logit soft-capping) fall back to the full forward.
+
+Shared prompts (``plan`` with ``share_prefix``): a GRPO group's episodes, and SFT examples
+of one tool set, open with the same context tokens (the system message with the tool block,
+~800 of a SmolLM2 sequence's ~1,100). ``plan`` groups sequences by that common prefix;
+``forward_backward`` runs the prefix once, with grad, and every member's remainder on top
+of the prefix's key/value cache, one member at a time. The members' gradients flow back
+into the cache, are summed there and then through the prefix once: the same loss and the
+same gradient as scoring every sequence whole, for the prefix's compute once instead of
+once per member.
+
+    for chunk in plan(seqs, pad_id, advantages, micro_batch_size=1, share_prefix=True):
+        forward_backward(model, chunk, temperature, loss_fn)     # loss_fn(logp, batch) -> loss
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -69,15 +82,31 @@ def _decoder_and_head(model: torch.nn.Module) -> tuple[Any, Any] | None:
     return decoder, head
 
 
-def sampled_logprobs(model: torch.nn.Module, batch: dict[str, Any], temperature: float = 1.0) -> torch.Tensor:
+def sampled_logprobs(
+    model: torch.nn.Module,
+    batch: dict[str, Any],
+    temperature: float = 1.0,
+    past: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+) -> torch.Tensor:
     """log p(target) of each sampled token of ``batch`` (``pack``) under ``model``: [N] float32.
 
     Scored on ``logits / temperature`` (1 when ``temperature`` <= 0), as the sampler recorded
-    its behaviour log-probs (``coevolve.policy.local.sample_next``).
+    its behaviour log-probs (``coevolve.policy.local.sample_next``). ``past``: per-layer
+    ``(keys, values)`` of a context that precedes every row of ``batch`` (a shared prefix;
+    ``batch`` then holds one unpadded sequence and positions continue after the prefix).
     """
     scale = 1.0 / temperature if temperature > 0 else 1.0
     parts = _decoder_and_head(model)
-    kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "use_cache": False}
+    kwargs: dict[str, Any] = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                              "use_cache": False}
+    if past is not None:
+        from transformers import DynamicCache
+
+        offset, width = past[0][0].shape[2], batch["input_ids"].shape[1]
+        kwargs.update(past_key_values=DynamicCache(ddp_cache_data=list(past)), use_cache=True,
+                      position_ids=torch.arange(offset, offset + width)[None])
+        if parts is None:
+            raise ValueError("a shared prefix needs a decoder + output head model")
     if parts is not None:
         decoder, head = parts
         hidden = decoder(**kwargs).last_hidden_state  # [B, T, H]
@@ -87,3 +116,116 @@ def sampled_logprobs(model: torch.nn.Module, batch: dict[str, Any], temperature:
     logits = logits.float() * scale
     picked = logits.gather(-1, batch["targets"][:, None]).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
+
+
+# --------------------------------------------------------------------------- shared prefixes
+@dataclass
+class Chunk:
+    """A unit of forward work: ``batches`` (``pack`` micro-batches) that all continue ``prefix``
+    (context ids, empty when nothing is shared); ``members`` indexes the planned sequences."""
+
+    prefix: list[int]
+    batches: list[dict[str, Any]]
+    members: list[int]
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _context_head(seq: TokenSequence) -> int:
+    """How many leading tokens are pure context: a shared prefix may take at most the tokens
+    before the one that precedes the first sampled token (that one's hidden state predicts it)."""
+    first = seq.mask.index(1) if 1 in seq.mask else len(seq.ids)
+    return max(0, first - 1)
+
+
+def plan(
+    seqs: list[TokenSequence],
+    pad_id: int,
+    advantages: list[float] | None = None,
+    *,
+    micro_batch_size: int = 1,
+    share_prefix: bool = True,
+    min_prefix: int = 32,
+) -> list[Chunk]:
+    """Chunks of forward work over ``seqs`` (see the module docstring).
+
+    ``share_prefix``: sequences are sorted by their ids so that those with a common context
+    prefix sit together, and a run of neighbours becomes one chunk while sharing pays: a
+    sequence joins when ``(n - 1) x (P - p) <= p`` (the prefix P of the n members shrinks to p,
+    which the others then recompute, against the p tokens the newcomer saves). Members are
+    scored one at a time (no padding). Otherwise: micro-batches of ``micro_batch_size``
+    sequences in the given order, no prefix.
+    """
+    adv = advantages if advantages is not None else [0.0] * len(seqs)
+    if not share_prefix:
+        return [Chunk([], [pack(seqs[i : i + micro_batch_size], pad_id, adv[i : i + micro_batch_size])],
+                      list(range(i, min(i + micro_batch_size, len(seqs)))))
+                for i in range(0, len(seqs), micro_batch_size)]
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i].ids)
+    groups: list[tuple[int, list[int]]] = []  # (prefix length, members)
+    for i in order:
+        head = _context_head(seqs[i])
+        if groups:
+            length, members = groups[-1]
+            shared = min(length, head, _common(seqs[members[-1]].ids, seqs[i].ids))
+            if shared >= min_prefix and (len(members) - 1) * (length - shared) <= shared:
+                groups[-1] = (shared, members + [i])
+                continue
+        groups.append((head, [i]))
+    chunks = []
+    for length, members in groups:
+        if len(members) == 1 or length < min_prefix:  # nothing shared: the plain path
+            length = 0
+        prefix = seqs[members[0]].ids[:length]
+        batches = [pack([TokenSequence(ids=seqs[m].ids[length:], mask=seqs[m].mask[length:],
+                                       logprobs=seqs[m].logprobs[length:])], pad_id, [adv[m]])
+                   for m in members]
+        chunks.append(Chunk(prefix, batches, members))
+    return chunks
+
+
+def forward_backward(
+    model: torch.nn.Module,
+    chunk: Chunk,
+    temperature: float,
+    loss_fn: Callable[[torch.Tensor, dict[str, Any]], torch.Tensor] | None,
+) -> list[torch.Tensor]:
+    """Score ``chunk`` and, with ``loss_fn(logp, batch) -> loss``, backpropagate each batch's
+    loss (gradients accumulate in the parameters; the caller steps the optimizer). Returns the
+    detached log-probs of each batch. Without ``loss_fn`` nothing keeps a graph (reference or
+    evaluation scoring: call it under ``torch.no_grad()``)."""
+    out: list[torch.Tensor] = []
+    if not chunk.prefix:
+        for batch in chunk.batches:
+            logp = sampled_logprobs(model, batch, temperature)
+            if loss_fn is not None:
+                loss_fn(logp, batch).backward()
+            out.append(logp.detach())
+        return out
+    parts = _decoder_and_head(model)
+    if parts is None:
+        raise ValueError("a shared prefix needs a decoder + output head model; plan with share_prefix=False")
+    decoder = parts[0]
+    cache = decoder(input_ids=torch.tensor([chunk.prefix]), use_cache=True).past_key_values
+    kv = [(layer.keys, layer.values) for layer in cache.layers]
+    grads = loss_fn is not None and torch.is_grad_enabled()
+    # members attach to leaf copies of the prefix's cache: their gradients gather there, and
+    # flow through the prefix's graph once at the end
+    leaves = [(k.detach().requires_grad_(grads), v.detach().requires_grad_(grads)) for k, v in kv]
+    for batch in chunk.batches:
+        logp = sampled_logprobs(model, batch, temperature, past=leaves)
+        if loss_fn is not None:
+            loss_fn(logp, batch).backward()
+        out.append(logp.detach())
+    if grads:
+        pairs = [(t, leaf.grad) for (k, v), (lk, lv) in zip(kv, leaves) for t, leaf in ((k, lk), (v, lv))
+                 if leaf.grad is not None and t.requires_grad]
+        if pairs:
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+    return out

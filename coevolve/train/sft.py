@@ -25,7 +25,7 @@ import torch
 
 from coevolve.policy.base import SamplingParams
 from coevolve.tasks import Task
-from coevolve.train.scoring import pack, sampled_logprobs
+from coevolve.train.scoring import forward_backward, plan
 from coevolve.train.sequences import TokenSequence
 
 
@@ -68,6 +68,27 @@ def reference_chats(env: Any, tasks: list[Task], *, step_limit: int, seed: int) 
     return [r for r in results if r.score.success]
 
 
+def _batches(examples: list[tuple[list[int], list[int]]], batch_size: int, seed: int):
+    """Yield ``batch_size`` examples at a time forever: a seeded shuffle of the examples' tool
+    sets (examples with the same system prompt, in a seeded order among themselves), cycled,
+    so that a batch's examples mostly share their prompt's long head (``scoring.plan``)."""
+    rng = random.Random(seed)
+    head: dict[tuple[int, ...], list[int]] = {}
+    for i, (ids, mask) in enumerate(examples):
+        first = mask.index(1) if 1 in mask else len(ids)
+        # the system message (with the tool block) ends at the first end-of-message before the user's
+        head.setdefault(tuple(ids[: min(first, 512)]), []).append(i)
+    groups = list(head.values())
+    order: list[int] = []
+    while True:
+        if len(order) < batch_size:
+            rng.shuffle(groups)
+            for g in groups:
+                order += rng.sample(g, len(g))
+        yield [examples[i] for i in order[:batch_size]]
+        del order[:batch_size]
+
+
 def run_sft(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -78,39 +99,38 @@ def run_sft(
     lr: float,
     seed: int,
     micro_batch_size: int | None = None,
+    share_prefix: bool = True,
 ) -> list[float]:
     """``steps`` optimizer steps of masked NLL on ``examples`` (``(ids, mask)`` pairs from
-    ``encode_chat``, cycled in a seeded shuffle, ``batch_size`` per step, forwarded
-    ``micro_batch_size`` at a time with the gradients accumulated). Returns each step's loss."""
+    ``encode_chat``, ``batch_size`` per step, in a seeded order that keeps examples of one tool
+    set together; scored with their shared prompt computed once (``share_prefix``) or
+    ``micro_batch_size`` at a time, gradients accumulated). Returns each step's loss."""
     examples = [e for e in examples if sum(e[1]) > 0]
     if steps <= 0 or not examples:
         return []
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    rng = random.Random(seed)
-    order: list[int] = []
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     micro = micro_batch_size or batch_size
+    batches = _batches(examples, min(batch_size, len(examples)), seed)
     losses = []
     model.train()
     for _ in range(steps):
-        chosen = []
-        while len(chosen) < min(batch_size, len(examples)):
-            if not order:
-                order = list(range(len(examples)))
-                rng.shuffle(order)
-            chosen.append(examples[order.pop()])
+        chosen = next(batches)
         n_tokens = float(sum(sum(m) for _, m in chosen))
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for start in range(0, len(chosen), micro):
-            part = chosen[start : start + micro]
-            seqs = [TokenSequence(ids=ids, mask=mask, logprobs=[0.0] * len(ids)) for ids, mask in part]
-            # log-probs at the assistant tokens only: the output head never sees the prompts
-            logp = sampled_logprobs(model, pack(seqs, pad))
+
+        def nll(logp: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+            nonlocal total
             loss = -logp.sum() / n_tokens
-            loss.backward()
             total += loss.item()
+            return loss
+
+        seqs = [TokenSequence(ids=ids, mask=mask, logprobs=[0.0] * len(ids)) for ids, mask in chosen]
+        # log-probs at the assistant tokens only: the output head never sees the prompts
+        for chunk in plan(seqs, pad, None, micro_batch_size=micro, share_prefix=share_prefix):
+            forward_backward(model, chunk, 1.0, nll)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         losses.append(total)
