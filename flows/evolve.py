@@ -26,14 +26,15 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
+import pyarrow.dataset as ds
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import Field
 
 from coevolve.config import ConfigError, RunConfig, load_config
-from coevolve.round import STAGES, last_finished_round, open_run_store, record_round, round_stages, run_stage
+from coevolve.round import last_finished_round, open_run_store, record_round, round_stages, run_stage
 from coevolve.store import StoreError
-from flows.progress import FIRST_LOOK, StageProgress, describe, round_summary_markdown
+from flows.progress import FIRST_LOOK, StageProgress, round_summary_markdown
 
 # Training is long and restarts from the round's start; the other stages are cheap to retry.
 _RETRIES = {"train": 0}
@@ -171,7 +172,12 @@ def resolve_config(config: str, rounds_per_run: int, store: str, run_name: str,
         return cfg, list(range(0, cfg.rounds + 1))
     last = last_finished_round(run_store, cfg.run_name)
     cfg.rounds = last + rounds_per_run
-    first = [] if run_store.stage_done(cfg.run_name, 0, "commit") else [0]
+    first = [] if run_store.stage_done(cfg.run_name, 0, "commit") is not None else [0]
+    # a run killed between the last round's final marker and its `rounds` row: write the row
+    # (every stage of that round is skipped as done)
+    if last and not run_store.read("rounds", filter=(ds.field("run_id") == cfg.run_name) & (ds.field("round") == last),
+                                   columns=["run_id"]).num_rows:
+        first.append(last)
     return cfg, first + list(range(last + 1, last + rounds_per_run + 1))
 
 
@@ -221,8 +227,6 @@ def evolve(
         )
     return rows
 
-
-__all__ = ["evolve", "round_flow", "describe", "STAGES"]
 
 if __name__ == "__main__":
     evolve()
