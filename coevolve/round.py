@@ -273,7 +273,7 @@ def last_finished_round(store: Store, run_name: str) -> int:
     return r
 
 
-# A stage implementation: the context in, the stage's summary out (see the _STAGE_FUNCS below).
+# A stage implementation: the context in, the stage's summary out (as in _STAGE_FUNCS).
 StageImpl = Callable[[RoundContext], dict]
 
 

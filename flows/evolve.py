@@ -53,7 +53,7 @@ def stage_task(config: dict[str, Any], round: int, stage: str) -> dict:
     cfg = RunConfig.from_dict(config)
     store = open_run_store(cfg)
     with StageProgress(store, cfg, round, stage):
-        return run_stage(store, cfg, round, stage, impl=stage_impl(cfg, stage))
+        return run_stage(store, cfg, round, stage, impl=stage_impl(cfg, round, stage))
 
 
 @task(name="record-round", retries=2, retry_delay_seconds=2)

@@ -65,17 +65,12 @@ def split(items: list[Any], k: int) -> list[list[Any]]:
     return [c for c in out if c]
 
 
-def stage_impl(cfg: RunConfig, stage: str) -> Callable[[RoundContext], dict] | None:
-    """The fanned-out implementation of ``stage``, or None: the library's, in-process."""
-    if cfg.fanout.engine == "none" or not cfg.explore.enabled:
+def stage_impl(cfg: RunConfig, round: int, stage: str) -> Callable[[RoundContext], dict] | None:
+    """The fanned-out implementation of ``stage``, or None: the library's, in-process (always
+    for round 0, and when rounds 1..N do not explore: ``explore.enabled: false``)."""
+    if cfg.fanout.engine == "none" or round == 0 or not cfg.explore.enabled:
         return None
     return {"explore": explore_fanout, "validate": validate_fanout}.get(stage)
-
-
-def _in_process(ctx: RoundContext, stage: str) -> dict:
-    from coevolve.round import _STAGE_FUNCS
-
-    return _STAGE_FUNCS[stage](ctx)
 
 
 def _gather(futures: list[Any], round: int, stage: str, what: str) -> list[Any]:
@@ -107,9 +102,7 @@ def explore_fanout_flow(config: dict[str, Any], run_id: str, round: int, chunks:
 
 
 def explore_fanout(ctx: RoundContext) -> dict:
-    """The explore stage with its contexts in chunks on the engine (round 0: in-process)."""
-    if ctx.round == 0:
-        return _in_process(ctx, "explore")
+    """The explore stage of rounds 1..N with its contexts in chunks on the engine."""
     from coevolve.explore import make_explorer, round_contexts
 
     cfg = ctx.cfg
@@ -166,9 +159,7 @@ def validate_fanout_flow(config: dict[str, Any], run_id: str, round: int, policy
 
 
 def validate_fanout(ctx: RoundContext) -> dict:
-    """The validate stage: pass 1 in order here, pass 2 in chunks on the engine (round 0: in-process)."""
-    if ctx.round == 0:
-        return _in_process(ctx, "validate")
+    """The validate stage of rounds 1..N: pass 1 in order here, pass 2 in chunks on the engine."""
     from coevolve.validate import summarize_candidates, validate_rows
 
     cfg, store = ctx.cfg, ctx.store
@@ -189,8 +180,8 @@ def validate_fanout(ctx: RoundContext) -> dict:
         results = validate_fanout_flow.with_options(task_runner=runner)(
             cfg.to_dict(), ctx.run_id, ctx.round, policy_path, [[rows[i]["spec"] for i in c] for c in chunks])
         rollouts = []
-        for chunk, (verdicts, attempts) in zip(chunks, results):
-            for i, verdict in zip(chunk, verdicts):
+        for chunk, (verdicts, attempts) in zip(chunks, results, strict=True):
+            for i, verdict in zip(chunk, verdicts, strict=True):
                 out[i].update(verdict)
             rollouts += attempts
         store.write("rollouts", ctx.round, f"{ctx.run_id}-validate", rollouts)

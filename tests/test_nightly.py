@@ -75,7 +75,7 @@ def test_two_nightly_runs_continue_the_lineage(prefect_harness, tmp_path):
 
     seen: list[dict] = []
     names: list[str] = []
-    for night in (1, 2):
+    for _night in (1, 2):
         before = _markers(store)
         flow_run = run_deployment("coevolve-evolve/nightly", parameters=params, timeout=0)
         worker = _prefect("worker", "start", "--pool", "coevolve-process", "--run-once")

@@ -62,7 +62,7 @@ def bench_fanout(
                 seconds = {}
                 for stage in ("explore", "abstract", "validate"):
                     t0 = time.perf_counter()
-                    run_stage(mode_store, mode_cfg, 1, stage, impl=stage_impl(mode_cfg, stage))
+                    run_stage(mode_store, mode_cfg, 1, stage, impl=stage_impl(mode_cfg, 1, stage))
                     seconds[stage] = time.perf_counter() - t0
                 figures.append((label, seconds))
                 accepted.append(connect(mode_store).sql(
