@@ -15,6 +15,7 @@ round publishes when it ends.
 from __future__ import annotations
 
 import contextvars
+import re
 import threading
 from typing import Any
 
@@ -61,8 +62,9 @@ class StageProgress:
             self.log.info("round %d %s: already done, skipped (%s)", round, stage, describe(stage, info).splitlines()[0])
         elif event == "start":
             self.log.info("round %d %s: started", round, stage)
+            key = re.sub(r"[^a-z0-9-]+", "-", f"progress-{self.cfg.run_name}-round-{round}-{stage}".lower())
             self.artifact_id = create_progress_artifact(
-                progress=0.0, description=f"{self.cfg.run_name}: round {round} {stage}"
+                progress=0.0, key=key.strip("-")[:100], description=f"{self.cfg.run_name}: round {round} {stage}"
             )
             if stage == "train":
                 self._watch_training()

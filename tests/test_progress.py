@@ -68,7 +68,7 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
             break
         time.sleep(0.5)
     mine = [a for a in arts if a.description == "watched: round 1 train"]
-    assert mine and mine[0].data == 100.0
+    assert mine and mine[0].data == 100.0 and mine[0].key == "progress-watched-round-1-train"
     assert any(m.startswith("round 1 train: 1 of 2 (GRPO steps; last: reward 0.1, loss 0.5)") for m in logs), logs
     assert any(m.startswith("round 1 train: 2 of 2") for m in logs), logs
     assert any("Trained on 16 rollouts: mean reward 0.15" in m for m in logs), logs
