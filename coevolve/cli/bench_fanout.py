@@ -33,6 +33,13 @@ def bench_fanout(
     set_: list[str] = typer.Option([], "--set", help="Override any field: --set explore.steps_per_run=4."),
 ) -> None:
     """Time exploration and validation in-process and fanned out over a task runner."""
+    import os
+
+    # the bench's private Prefect API goes away with it: keep run logs on the console only
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
     from rich.table import Table
 
     from coevolve.cli.run import prefect_api
