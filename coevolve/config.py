@@ -440,6 +440,33 @@ class S3Config:
             raise ConfigError("s3.connect_timeout_s and s3.read_timeout_s must be > 0")
 
 
+@dataclass
+class FanoutConfig:
+    engine: str = _help(
+        "Where exploration contexts and validation candidates run under Prefect: 'none' (in the "
+        "stage's process, as without Prefect), 'ray' (prefect-ray: a Prefect task per chunk on a Ray "
+        "cluster; the cluster verl uses can serve both) or 'dask' (prefect-dask). See flows/fanout.py.",
+        "none",
+    )
+    address: str = _help(
+        "The engine's cluster: a Ray address ('ray://host:10001', 'auto') or a Dask scheduler "
+        "('tcp://host:8786'). Empty = a local cluster started for the stage.",
+        "",
+    )
+    workers: int = _help("Workers of a local cluster (0 = one per core).", 0)
+    chunks: int = _help(
+        "Pieces a stage's contexts or candidates are cut into (0 = one per worker); results are "
+        "joined in the original order, so the stage writes the same rows as in-process.",
+        0,
+    )
+
+    def validate(self) -> None:
+        if self.engine not in ("none", "ray", "dask"):
+            raise ConfigError(f"fanout.engine must be 'none', 'ray' or 'dask', not {self.engine!r}")
+        if self.workers < 0 or self.chunks < 0:
+            raise ConfigError("fanout.workers and fanout.chunks must be >= 0 (0 = one per core / per worker)")
+
+
 # a run name becomes a path segment and an S3 key segment: letters, digits, '.', '_', '-',
 # starting with a letter or digit (so never '.', '..' or a hidden name)
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -480,6 +507,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     ablate: AblateConfig = field(default_factory=AblateConfig)
     s3: S3Config = field(default_factory=S3Config)
+    fanout: FanoutConfig = field(default_factory=FanoutConfig)
 
     def check(self) -> "RunConfig":
         if self.rounds < 1:

@@ -36,8 +36,9 @@ log = logging.getLogger("coevolve.round")
 STAGES = ("train", "signals", "explore", "abstract", "validate", "commit", "evaluate")
 SYNTH_STAGES = ("explore", "abstract", "validate", "commit")  # round 0
 
-# Listeners get (event, round, stage, info) with event in {"start", "done", "skip"}:
-# the CLI uses them to draw its live status; flows log through Prefect instead.
+# Listeners get (event, round, stage, info) with event in {"start", "progress", "done", "skip"}
+# ("progress" carries {"done", "total", "note"}): the CLI draws its live status from them,
+# flows turn them into Prefect logs and progress artifacts.
 Listener = Callable[[str, int, str, dict], None]
 _listeners: list[Listener] = []
 
@@ -50,6 +51,12 @@ def add_listener(fn: Listener) -> Callable[[], None]:
 def _emit(event: str, round: int, stage: str, info: dict) -> None:
     for fn in list(_listeners):
         fn(event, round, stage, info)
+
+
+def report_progress(round: int, stage: str, done: int, total: int, note: str = "") -> None:
+    """Tell the listeners that ``done`` of ``total`` units of a running stage are finished
+    (training steps, exploration contexts, validation candidates)."""
+    _emit("progress", round, stage, {"done": done, "total": total, "note": note})
 
 
 @dataclass
@@ -257,8 +264,24 @@ _STAGE_FUNCS: dict[str, Callable[[RoundContext], dict]] = {
 }
 
 
-def run_stage(store: Store, cfg: RunConfig, round: int, stage: str) -> dict:
-    """Run one stage of ``round`` unless its marker says it is done; return its summary."""
+def last_finished_round(store: Store, run_name: str) -> int:
+    """The highest round ``r >= 1`` of ``run_name`` whose every round up to it has finished
+    (its last stage's marker exists); 0 when none has (round 0 may or may not be done)."""
+    r = 0
+    while store.stage_done(run_name, r + 1, STAGES[-1]) is not None:
+        r += 1
+    return r
+
+
+# A stage implementation: the context in, the stage's summary out (as in _STAGE_FUNCS).
+StageImpl = Callable[[RoundContext], dict]
+
+
+def run_stage(store: Store, cfg: RunConfig, round: int, stage: str, impl: StageImpl | None = None) -> dict:
+    """Run one stage of ``round`` unless its marker says it is done; return its summary.
+
+    ``impl`` replaces the library's implementation of the stage (the flows' fan-out of
+    exploration and validation over a task runner); the marker and events are the same."""
     ctx = RoundContext(store, cfg, round)
     done = ctx.marker(stage)
     if done is not None:
@@ -266,7 +289,7 @@ def run_stage(store: Store, cfg: RunConfig, round: int, stage: str) -> dict:
         return done
     _emit("start", round, stage, {})
     t0 = time.perf_counter()
-    summary = _STAGE_FUNCS[stage](ctx)
+    summary = (impl or _STAGE_FUNCS[stage])(ctx)
     summary["seconds"] = round_seconds(time.perf_counter() - t0)
     store.mark_stage(ctx.run_id, round, stage, summary)
     _emit("done", round, stage, summary)

@@ -1,24 +1,40 @@
-"""Prefect flows of coevolve: one round as its stage tasks, and round 0 + N rounds.
+"""Prefect flows of coevolve: one round as its stage tasks, and a run that continues a lineage.
 
     python -m flows.evolve                      # run the embedded default under Prefect
     coevolve run --config configs/tiny.yaml    # the same, from the CLI
 
-Round 0 (the seed pool's synthesis: explore -> abstract -> validate -> commit) runs as its
-stages when the store has no pool. Each task is a few lines that call one library function
-in ``coevolve.round``; stage
-outputs live in the store, so a retried or resumed task skips what is already committed.
-The deployment in ``deployments/prefect.yaml`` serves ``evolve`` with a nightly schedule.
+A lineage is a run name in a store. ``evolve`` with ``rounds_per_run = 0`` runs (or resumes)
+rounds 1..``rounds`` of the config, as ``coevolve run`` does; with ``rounds_per_run = n`` it
+continues the lineage: the n rounds after the last finished one (the nightly deployment in
+``deployments/prefect.yaml``: night 1 runs rounds 1-2, night 2 rounds 3-4). Round 0 (the seed
+pool's synthesis: explore -> abstract -> validate -> commit) runs first when the store has
+no pool. A run finds another run of the same lineage still in progress (Prefect flow runs
+tagged ``lineage:<run>:<store hash>``) and then does nothing but say so in its log.
+
+Each round is a subflow run named ``<run> round <r>``; each stage is a task that calls
+``coevolve.round.run_stage``, logs progress and a summary sentence, and keeps a progress
+artifact (``flows/progress.py``); stage outputs live in the store, so a retried or resumed
+task skips what is already committed. Each round publishes its Markdown summary artifact
+when it ends. Exploration and validation fan out over Prefect tasks on Ray or Dask when
+``fanout.engine`` says so (``flows/fanout.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import re
+from pathlib import Path
+from typing import Annotated, Any
 
+import pyarrow.dataset as ds
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from pydantic import Field
 
-from coevolve.config import RunConfig, load_config
-from coevolve.round import open_run_store, record_round, round_stages, run_stage
+from coevolve.config import ConfigError, RunConfig, load_config
+from coevolve.round import last_finished_round, open_run_store, record_round, round_stages, run_stage
+from coevolve.store import StoreError
+from flows.progress import FIRST_LOOK, StageProgress, round_summary_markdown
 
 # Training is long and restarts from the round's start; the other stages are cheap to retry.
 _RETRIES = {"train": 0}
@@ -32,10 +48,12 @@ def plan_task(config: dict[str, Any], round: int) -> list[str]:
 
 @task(retries=1, retry_delay_seconds=2)
 def stage_task(config: dict[str, Any], round: int, stage: str) -> dict:
+    from flows.fanout import stage_impl
+
     cfg = RunConfig.from_dict(config)
-    summary = run_stage(open_run_store(cfg), cfg, round, stage)
-    get_run_logger().info("round %d %s: %s", round, stage, summary)
-    return summary
+    store = open_run_store(cfg)
+    with StageProgress(store, cfg, round, stage):
+        return run_stage(store, cfg, round, stage, impl=stage_impl(cfg, round, stage))
 
 
 @task(name="record-round", retries=2, retry_delay_seconds=2)
@@ -44,60 +62,169 @@ def record_task(config: dict[str, Any], round: int) -> dict:
     return record_round(open_run_store(cfg), cfg, round)
 
 
-@flow(name="coevolve-round", log_prints=True)
+def _round_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    p = flow_run.parameters
+    return f"{p['config'].get('run_name', 'run')} round {p['round']}"
+
+
+@flow(name="coevolve-round", flow_run_name=_round_run_name, log_prints=True)
 def round_flow(config: dict[str, Any], round: int) -> dict | None:
     """train -> signals -> explore -> abstract -> validate -> commit -> evaluate
     (round 0: explore -> abstract -> validate -> commit; None when it is skipped)."""
     stages = plan_task(config, round)
     if not stages:
+        get_run_logger().info("round %d: the store already has a pool this run did not synthesize: skipped", round)
         return None
     for stage in stages:
-        stage_task.with_options(name=stage, retries=_RETRIES.get(stage, 1))(config, round, stage)
+        stage_task.with_options(
+            name=stage, task_run_name=f"{stage} (round {round})", retries=_RETRIES.get(stage, 1)
+        )(config, round, stage)
     row = record_task(config, round)
-    publish_round_task(config, round)
+    publish_round_task(config, round, row)
     return row
 
 
-@task(name="publish-round")
-def publish_round_task(config: dict[str, Any], round: int) -> None:
-    """The round's Markdown artifact: its metrics and the run's report pictures so far.
-    A picture that cannot be drawn is logged, never fails the round."""
-    import re
+def _artifact_key(*parts: Any) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", "-".join(str(p) for p in parts).lower()).strip("-")[:100]
 
+
+@task(name="publish-round")
+def publish_round_task(config: dict[str, Any], round: int, row: dict) -> None:
+    """The round's Markdown artifact: a sentence and the first-look table, then the run's
+    report pictures so far. A picture that cannot be drawn is logged, never fails the round."""
     from coevolve.report import round_markdown
 
     cfg = RunConfig.from_dict(config)
+    summary = round_summary_markdown(row)
+    get_run_logger().info("round %d finished. %s", round, summary.splitlines()[0])
     try:
-        markdown = round_markdown(open_run_store(cfg), cfg.run_name, round)
+        details = round_markdown(open_run_store(cfg), cfg.run_name, round)
     except Exception as exc:  # the artifact is a view; the round's data is already committed
-        get_run_logger().warning("round %d: no report artifact: %s", round, exc)
-        return
-    key = re.sub(r"[^a-z0-9-]+", "-", f"coevolve-{cfg.run_name}-round-{round}".lower()).strip("-")
-    create_markdown_artifact(key=key[:100], markdown=markdown, description=f"coevolve {cfg.run_name}: round {round}")
+        get_run_logger().warning("round %d: no report pictures: %s", round, exc)
+        details = ""
+    create_markdown_artifact(
+        key=_artifact_key("coevolve", cfg.run_name, "round", round),
+        markdown=f"# {cfg.run_name}: round {round} summary\n\n{summary}\n{details}",
+        description=f"coevolve {cfg.run_name}: round {round} summary",
+    )
+
+
+# ----------------------------------------------------------------------------- the lineage
+def lineage_tag(cfg: RunConfig) -> str:
+    """The Prefect tag of a lineage: its run name and a hash of its store's location."""
+    where = cfg.store if cfg.store.startswith("s3://") else str(Path(cfg.store).resolve())
+    return f"lineage:{cfg.run_name}:{hashlib.sha1(where.encode()).hexdigest()[:10]}"
+
+
+def lineage_in_progress(cfg: RunConfig) -> Any:
+    """Tag this flow run with its lineage; return another Running flow run of the lineage that
+    started before this one (None if there is none, or outside a flow run)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType, FlowRunFilterTags
+    from prefect.client.schemas.objects import StateType
+    from prefect.runtime import flow_run
+
+    me = flow_run.id
+    if not me:
+        return None
+    tag = lineage_tag(cfg)
+    with get_client(sync_client=True) as client:
+        mine = client.read_flow_run(me)
+        client.update_flow_run(me, tags=sorted({*mine.tags, tag}))
+        running = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            tags=FlowRunFilterTags(all_=[tag]),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])),
+        ))
+
+    def order(r: Any) -> tuple:
+        return (r.start_time or r.expected_start_time, str(r.id))
+
+    earlier = sorted((r for r in running if str(r.id) != str(me) and order(r) < order(mine)), key=order)
+    return earlier[0] if earlier else None
+
+
+def resolve_config(config: str, rounds_per_run: int, store: str, run_name: str,
+                   overrides: dict[str, Any]) -> tuple[RunConfig, list[int]]:
+    """The run's config and the rounds it runs. Empty parameters never override the config
+    file; any bad value raises ``ConfigError`` naming it, before anything is written."""
+    given = {"store": store.strip(), "run_name": run_name.strip()}
+    dotted = {**{k: v for k, v in given.items() if v}, **(overrides or {})}
+    if rounds_per_run < 0:
+        raise ConfigError(f"rounds_per_run must be >= 0, not {rounds_per_run}")
+    if rounds_per_run and "rounds" in dotted:
+        raise ConfigError("set either rounds_per_run or overrides['rounds'], not both")
+    cfg = load_config(config.strip() or None, dotted)
+    from coevolve.registry import resolve
+
+    for kind, name in (("environment", cfg.env.name), ("trainer", cfg.train.backend),
+                       ("explorer", cfg.explore.explorer), ("abstractor", cfg.abstract.abstractor)):
+        try:
+            resolve(kind, name)
+        except KeyError as exc:
+            raise ConfigError(f"{kind} {name!r}: {exc.args[0]}") from None
+    try:
+        run_store = open_run_store(cfg)
+    except StoreError as exc:
+        raise ConfigError(f"store {cfg.store!r}: {exc}") from None
+    if not rounds_per_run:
+        return cfg, list(range(0, cfg.rounds + 1))
+    last = last_finished_round(run_store, cfg.run_name)
+    cfg.rounds = last + rounds_per_run
+    first = [] if run_store.stage_done(cfg.run_name, 0, "commit") is not None else [0]
+    # a run killed between the last round's final marker and its `rounds` row: write the row
+    # (every stage of that round is skipped as done)
+    if last and not run_store.read("rounds", filter=(ds.field("run_id") == cfg.run_name) & (ds.field("round") == last),
+                                   columns=["run_id"]).num_rows:
+        first.append(last)
+    return cfg, first + list(range(last + 1, last + rounds_per_run + 1))
 
 
 @flow(name="coevolve-evolve", log_prints=True)
 def evolve(
-    config: str | None = None,
-    rounds: int | None = None,
-    store: str | None = None,
-    run_name: str | None = None,
-    overrides: dict[str, Any] | None = None,
+    config: str = "",
+    rounds_per_run: Annotated[int, Field(ge=0, le=10_000)] = 0,
+    store: str = "",
+    run_name: Annotated[str, Field(pattern=r"^$|^\s*[A-Za-z0-9][A-Za-z0-9._-]{0,127}\s*$")] = "",
+    overrides: Annotated[dict[str, Any], Field(examples=[{"train.steps": 4, "explore.explorer": "random"}])] = {},  # noqa: B006
 ) -> list[dict]:
-    """Run (or resume) round 0 (when the store has no pool) and ``rounds`` co-evolution rounds.
+    """Co-evolution rounds of one lineage (a run name in a store); round 0 first when the store has no pool.
 
-    ``config`` is a YAML file (default: the embedded default); ``rounds``, ``store`` and
-    ``run_name`` override it, and ``overrides`` sets any other field by dotted key
-    (``{"train.steps": 4}``) — all of them settable from the Prefect UI.
+    Args:
+        config: Run config YAML, relative to the repository root the worker runs in
+            (e.g. configs/tiny.yaml). Empty = the embedded default (SmolLM2-135M on BFCL-V3,
+            2 rounds, store .coevolve/store, run name "default"; several minutes a round on
+            2 CPU cores).
+        rounds_per_run: Rounds this run adds after the lineage's last finished round
+            (2 = night 1 runs rounds 1-2, night 2 rounds 3-4). 0 = run the config's `rounds`
+            from round 1, resuming what is done (what `coevolve run` does).
+        store: Store location, a local directory or s3://bucket/prefix. Empty = the config's
+            `store`.
+        run_name: Name of the lineage in the store (letters, digits, '.', '_', '-').
+            Empty = the config's `run_name`.
+        overrides: Any other config field by dotted key, e.g. {"train.steps": 4,
+            "explore.explorer": "random"}. Empty = the config file as it is.
     """
-    cfg = load_config(config, {"rounds": rounds, "store": store, "run_name": run_name, **(overrides or {})})
+    log = get_run_logger()
+    cfg, rounds = resolve_config(config, rounds_per_run, store, run_name, overrides)
+    busy = lineage_in_progress(cfg)
+    if busy is not None:
+        log.warning("lineage %r on %s is in progress in flow run %r (%s, started %s): this run does nothing",
+                    cfg.run_name, cfg.store, busy.name, busy.id, busy.start_time)
+        return []
+    todo = [r for r in rounds if r > 0]
+    log.info("lineage %r on %s: %s%s", cfg.run_name, cfg.store,
+             f"rounds {todo[0]}-{todo[-1]}" if len(todo) > 1 else f"round {todo[0]}" if todo else "no rounds",
+             " (round 0 first: the seed pool)" if 0 in rounds else "")
     config_dict = cfg.to_dict()
-    rows = [row for r in range(0, cfg.rounds + 1) if (row := round_flow(config_dict, r)) is not None]
-    create_table_artifact(
-        key=f"coevolve-{cfg.run_name}".lower().replace("_", "-"),
-        table=[{k: v for k, v in row.items() if not k.startswith("t_") and k != "finished_at"} for row in rows],
-        description=f"coevolve run {cfg.run_name}: per-round summary",
-    )
+    rows = [row for r in rounds if (row := round_flow(config_dict, r)) is not None]
+    if rows:
+        create_table_artifact(
+            key=_artifact_key("coevolve", cfg.run_name),
+            table=[{"round": row["round"], **{h: row.get(k) for h, k in FIRST_LOOK if k}} for row in rows],
+            description=f"coevolve run {cfg.run_name}: the rounds of this run",
+        )
     return rows
 
 

@@ -36,7 +36,7 @@ def test_two_rounds_on_s3_under_prefect(prefect_harness, s3_endpoint, s3_bucket,
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
     store = f"s3://{s3_bucket}/runs"
-    rows = evolve(config=TINY, rounds=2, store=store, overrides={"train.checkpoint_dir": str(tmp_path / "ckpt")})
+    rows = evolve(config=TINY, store=store, overrides={"rounds": 2, "train.checkpoint_dir": str(tmp_path / "ckpt")})
     assert [r["round"] for r in rows] == [0, 1, 2]  # round 0 synthesized the seed pool
 
     per_round = sql(store, "select round, count(*) as n from rollouts where phase = 'train' group by round order by round")

@@ -44,6 +44,8 @@ class StageStatus:
         if event == "start":
             self.started[key] = time.perf_counter()
             self.rows[key] = ("running", "")
+        elif event == "progress":
+            self.rows[key] = ("running", f"{info['done']}/{info['total']} {info.get('note', '')}"[:100])
         elif event == "skip":
             self.rows[key] = ("skipped (done)", _brief(info))
         else:
@@ -204,7 +206,7 @@ def run(
     remove = add_listener(status)
     try:
         with prefect_api(), Live(status, console=console, refresh_per_second=4, transient=False):
-            rows = evolve(config=config, overrides={k: v for k, v in overrides.items() if v is not None})
+            rows = evolve(config=config or "", overrides={k: v for k, v in overrides.items() if v is not None})
     finally:
         remove()
     for table in summary_tables(rows):

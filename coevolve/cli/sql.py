@@ -2,23 +2,59 @@
 
     coevolve sql "select round, count(*) from rollouts group by round order by round"
     coevolve sql --store s3://bucket/prefix --format csv "select * from rounds"
+    coevolve sql --file sql/reports/task_lineage.sql --param task_id=... --store S
+
+In table format a result wider than the terminal is printed one record at a time
+(``--layout vertical``, like psql's expanded display) instead of as collapsed columns.
 """
 
 from __future__ import annotations
 
 import sys
 from enum import Enum
+from pathlib import Path
 
 import typer
 
 from coevolve.cli.app import app
-from coevolve.cli.common import console, fail, open_store_or_fail
+from coevolve.cli.common import console, fail, open_store_or_fail, parse_sets
 
 
 class OutputFormat(str, Enum):
     table = "table"
     csv = "csv"
     json = "json"
+
+
+class Layout(str, Enum):
+    auto = "auto"
+    table = "table"
+    vertical = "vertical"
+
+
+def _cell(v) -> str:
+    return "" if v is None else str(v)
+
+
+def _natural_width(names: list[str], rows: list[dict]) -> int:
+    """Columns side by side, nothing wrapped: the widest line of each cell, plus borders."""
+    widths = [max([len(n)] + [max(map(len, _cell(r[n]).splitlines() or [""])) for r in rows]) for n in names]
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def print_vertical(names: list[str], rows: list[dict], width: int) -> None:
+    """One record after another, a 'column | value' line each, values wrapped to ``width``."""
+    import textwrap
+
+    key_w = min(max(map(len, names)), max(8, width // 3))
+    value_w = max(10, width - key_w - 3)
+    for i, row in enumerate(rows, 1):
+        console.print(f"-[ record {i} ]".ljust(width, "-"), markup=False, highlight=False)
+        for name in names:
+            lines = [w for line in (_cell(row[name]).splitlines() or [""]) for w in (textwrap.wrap(line, value_w) or [""])]
+            for j, line in enumerate(lines):
+                console.print(f"{(name if j == 0 else '')[:key_w]:<{key_w}} | {line}", markup=False, highlight=False,
+                              soft_wrap=True)
 
 
 def _flat(table):
@@ -36,20 +72,31 @@ def _flat(table):
 
 @app.command()
 def sql(
-    query: str = typer.Argument(..., help="SQL over the views: tasks, pool_versions, rollouts, signals, explorations, candidates, rounds."),
+    query: str = typer.Argument(None, help="SQL over the views: tasks, pool_versions, rollouts, signals, explorations, candidates, rounds, train_steps."),
+    file: Path = typer.Option(None, "--file", help="Run the query in this file instead (e.g. sql/reports/pool_growth.sql)."),
+    param: list[str] = typer.Option([], "--param", "-p", help="A named parameter of the query: --param task_id=abc (repeatable; values parsed as YAML scalars)."),
     store: str = typer.Option(".coevolve/store", "--store", "-s", help="Local directory or s3://bucket/prefix."),
     format: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="table (for people), csv or json (for scripts)."),
+    layout: Layout = typer.Option(Layout.auto, help="Table format: side by side, one record at a time (vertical), or auto (vertical when wider than the terminal)."),
     max_rows: int = typer.Option(200, help="Rows shown in table format."),
 ) -> None:
-    """Run a SQL query over the store and print the result."""
+    """Run a SQL query (or a query file) over the store and print the result."""
     import duckdb
 
     from coevolve.sql import connect
 
+    if (query is None) == (file is None):
+        fail("give either a query or --file FILE (e.g. --file sql/reports/pool_growth.sql)")
+    if file is not None:
+        if not file.is_file():
+            fail(f"no query file {file}")
+        query = file.read_text()
+    # "key=" is the empty string (YAML would read it as null, which matches nothing in SQL)
+    params = {k: "" if v is None else v for k, v in parse_sets(param).items()}
     st = open_store_or_fail(store)
     con = connect(st)
     try:
-        result = con.sql(query)
+        result = con.sql(query, params=params or None)
     except duckdb.Error as exc:
         fail(f"query failed: {exc}")
     if result is None:  # a statement without a result set
@@ -66,9 +113,17 @@ def sql(
     else:
         from rich.table import Table
 
-        out = Table(*table.column_names, show_lines=False)
-        for row in table.slice(0, max_rows).to_pylist():
-            out.add_row(*("" if v is None else str(v) for v in row.values()))
-        console.print(out)
+        rows = table.slice(0, max_rows).to_pylist()
+        names = table.column_names
+        vertical = layout is Layout.vertical or (
+            layout is Layout.auto and _natural_width(names, rows) > console.width
+        )
+        if vertical:
+            print_vertical(names, rows, console.width)
+        else:
+            out = Table(*names, show_lines=False)
+            for row in rows:
+                out.add_row(*(_cell(v) for v in row.values()))
+            console.print(out)
         if table.num_rows > max_rows:
             console.print(f"[dim]{table.num_rows - max_rows} more rows (use --max-rows or --format csv)[/dim]")

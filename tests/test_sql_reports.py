@@ -1,0 +1,104 @@
+"""The named queries in sql/reports/ over a tiny run's store, through `coevolve sql --file`, and
+`coevolve sql`'s vertical layout for results wider than an 80-column terminal (issue 15)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from coevolve.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = sorted((ROOT / "sql" / "reports").glob("*.sql"))
+runner = CliRunner()
+# every stage, almost no work (see test_nightly.py)
+FAST = {"train.steps": 0, "train.sft_steps": 0, "explore.contexts": 2, "explore.runs_per_context": 1,
+        "validate.solver": "none", "eval.categories": ["multi_turn_base"], "eval.step_limit": 1,
+        "eval.max_new_tokens": 8}
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory) -> str:
+    """Two rounds of the tiny config, then one hand-made signal per kind of fate in round 1:
+    a task solved in round 2 (resolved), one signalled again in round 2 (recurred)."""
+    from coevolve.config import load_config
+    from coevolve.round import run_rounds
+    from coevolve.store import Store
+
+    root = tmp_path_factory.mktemp("reports") / "store"
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", {**FAST, "store": str(root), "rounds": 2})
+    run_rounds(cfg)
+    store = Store(str(root))
+    sig = {"run_id": "tiny", "signal_type": "boundary", "score": 0.5, "evidence": "{}", "is_new": True}
+    store.write("signals", 1, "tiny-test", [{**sig, "signal_id": "b1", "task_id": "task-a", "rank": 1},
+                                            {**sig, "signal_id": "b2", "task_id": "task-b", "rank": 2}])
+    store.write("signals", 2, "tiny-test", [{**sig, "signal_id": "b1", "task_id": "task-b", "rank": 1}])
+    store.write("rollouts", 2, "tiny-test", [{"run_id": "tiny", "phase": "train", "task_id": "task-a", "episode_id": "e",
+                                              "sample_idx": 0, "turn": 0, "step": 0, "success": True}])
+    return str(root)
+
+
+def _json(store: str, *args: str) -> list[dict]:
+    out = runner.invoke(app, ["sql", "--store", store, "--format", "json", *args])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+def test_every_report_has_a_header_and_runs(tiny_store):
+    assert {p.stem for p in REPORTS} == {"pool_growth", "task_lineage", "signal_resolution"}
+    for path in REPORTS:
+        header = [line for line in path.read_text().splitlines() if line.startswith("--")]
+        text = " ".join(header)
+        assert all(k in text for k in ("Grain:", "Parameters:", "Columns:")), path.name
+        rows = _json(tiny_store, "--file", str(path), *(["--param", "task_id="] if "$task_id" in path.read_text() else []))
+        assert rows, f"{path.name} returned nothing on a two-round store"
+
+
+def test_pool_growth_adds_up_to_each_version(tiny_store):
+    rows = _json(tiny_store, "--file", "sql/reports/pool_growth.sql")
+    versions = _json(tiny_store, "select version, task_count from pool_versions order by version")
+    for v in versions:
+        mine = [r for r in rows if r["version"] == v["version"]]
+        assert {r["pool_size"] for r in mine} == {v["task_count"]}
+    first = [r for r in rows if r["version"] == 1]
+    assert {(r["origin"], r["signal_type"]) for r in first} == {("static", "static")}
+    assert sum(r["added"] for r in rows) == versions[-1]["task_count"]  # pools only grow
+
+
+def test_task_lineage_reaches_the_exploration_run_and_context(tiny_store):
+    explored = _json(tiny_store, "select task_id, seed_task_id from tasks where origin = 'explored' limit 1")[0]
+    (row,) = _json(tiny_store, "--file", "sql/reports/task_lineage.sql", "--param", f"task_id={explored['task_id']}")
+    assert row["context_task_id"] == explored["seed_task_id"]
+    assert row["context_origin"] == "static" and row["context_created_round"] == 0
+    assert row["signal_id"] and row["exploration_steps"] > 0 and row["exploration_actions"]
+    assert row["verdict_reason"].startswith("accepted")
+    all_rows = _json(tiny_store, "--file", "sql/reports/task_lineage.sql", "--param", "task_id=")
+    assert len(all_rows) == _json(tiny_store, "select count(*) as n from tasks")[0]["n"]
+
+
+def test_signal_resolution_counts_later_fates(tiny_store):
+    rows = _json(tiny_store, "--file", "sql/reports/signal_resolution.sql")
+    (r1,) = [r for r in rows if r["round"] == 1 and r["signal_type"] == "boundary"]
+    assert (r1["signals"], r1["solved_later"], r1["recurred"], r1["resolved"], r1["later_rounds"]) == (2, 1, 1, 1, 1)
+    (r2,) = [r for r in rows if r["round"] == 2 and r["signal_type"] == "boundary"]
+    assert (r2["recurred"], r2["resolved"], r2["later_rounds"]) == (0, 0, 0)
+
+
+def test_wide_results_switch_to_a_vertical_layout_in_80_columns(tiny_store):
+    out = runner.invoke(app, ["sql", "--store", tiny_store, "select * from rounds order by round"], terminal_width=80)
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    assert "-[ record 1 ]" in out.stdout and any(line.startswith("eval_score ") for line in lines)
+    narrow = runner.invoke(app, ["sql", "--store", tiny_store, "select round, pool_size from rounds"], terminal_width=80)
+    assert "-[ record" not in narrow.stdout and "pool_size" in narrow.stdout  # narrow results stay a grid
+
+
+def test_sql_needs_a_query_or_a_file(tiny_store):
+    out = runner.invoke(app, ["sql", "--store", tiny_store])
+    assert out.exit_code == 2 and "--file" in out.output
+    out = runner.invoke(app, ["sql", "--store", tiny_store, "--file", "sql/reports/nope.sql"])
+    assert out.exit_code == 2 and "no query file" in out.output

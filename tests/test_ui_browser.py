@@ -1,0 +1,186 @@
+"""The Prefect UI in a real browser (issue 15): Debian's chromium, driven by playwright, against
+`prefect server start` on loopback. It opens the coevolve-evolve/nightly deployment, starts a
+custom run with changed parameters (tiny config, 1 round, a temporary store, its own run name),
+watches it reach Completed on a process-pool worker, opens the run's artifacts and finds the
+round summary. Screenshots of each step go to $COEVOLVE_UI_SHOTS (default: the test's tmp dir).
+
+Needs /usr/bin/chromium (`apt-get install chromium`; `make setup` does it) and the playwright
+package; without them it is skipped, unless COEVOLVE_REQUIRE_BROWSER=1 (.ci/run) makes it fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FAST = {"train.steps": 0, "train.sft_steps": 0, "explore.contexts": 2, "explore.runs_per_context": 1,
+        "validate.solver": "none", "eval.categories": ["multi_turn_base"], "eval.step_limit": 1,
+        "eval.max_new_tokens": 8}
+
+pytestmark = pytest.mark.slow
+
+
+def _browser_or_skip() -> None:
+    missing = []
+    if not Path(CHROMIUM).exists():
+        missing.append("chromium (apt-get install chromium)")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package")
+    if missing:
+        message = "no " + " and no ".join(missing)
+        if os.environ.get("COEVOLVE_REQUIRE_BROWSER") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def prefect_server(tmp_path):
+    """`prefect server start` (API + UI) on loopback with its own home and database."""
+    import httpx
+
+    port = _free_port()
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "PATH": f"{BIN}:{os.environ['PATH']}"}
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                              cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 90
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.time() < deadline, "prefect server did not start in 90 s"
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}", env
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_server, tmp_path):
+    _browser_or_skip()
+    from playwright.sync_api import expect, sync_playwright
+
+    ui, env = prefect_server
+    shots = Path(os.environ.get("COEVOLVE_UI_SHOTS") or tmp_path / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+
+    def prefect(*args: str) -> None:
+        done = subprocess.run([str(BIN / "prefect"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    prefect("work-pool", "create", "coevolve-process", "--type", "process", "--overwrite")
+    prefect("--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--all")
+    worker_log = open(tmp_path / "worker.log", "w")
+    worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "coevolve-process"],
+                              cwd=ROOT, env=env, stdout=worker_log, stderr=subprocess.STDOUT)
+    store = tmp_path / "store"
+    overrides = {**FAST, "train.checkpoint_dir": str(tmp_path / "ckpt")}
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(30_000)
+
+            # 1. the deployment, reached from the Deployments list
+            page.goto(f"{ui}/deployments")
+            page.get_by_role("link", name="nightly").first.click()
+            expect(page.get_by_text("coevolve-process").first).to_be_visible()
+            page.screenshot(path=str(shots / "1-deployment.png"))
+
+            # 2. Run > Custom run: the form shows every parameter with its description
+            page.get_by_role("button", name="Run", exact=True).click()
+            page.get_by_text("Custom run").click()
+            expect(page.get_by_text("rounds_per_run").first).to_be_visible()
+            expect(page.get_by_text("Empty = the embedded default").first).to_be_visible()
+            page.screenshot(path=str(shots / "2-custom-run-form.png"), full_page=True)
+
+            # 3. changed parameters: tiny config, 1 round, a temporary store, its own run name
+            page.locator("input.p-text-input__control").first.fill("ui-custom-run")  # the flow run's name
+            fields = page.locator("textarea.p-textarea__control")  # config, store, run_name
+            fields.nth(0).fill("configs/tiny.yaml")
+            page.locator("input.p-number-input__control").first.fill("1")
+            fields.nth(1).fill(str(store))
+            fields.nth(2).fill("from-the-ui")
+            code = page.locator("textarea.p-code-input__textarea").first  # a code editor: type into it
+            code.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.press("Delete")
+            page.keyboard.insert_text(json.dumps(overrides))
+            expect(page.get_by_text('"train.checkpoint_dir"').first).to_be_visible()
+            page.screenshot(path=str(shots / "3-custom-run-filled.png"), full_page=True)
+            page.get_by_role("button", name="Submit").click()
+
+            # 4. back on the deployment, open the new run and wait for Completed (the worker runs it)
+            page.get_by_role("link", name="ui-custom-run").first.click()
+            page.wait_for_url("**/runs/flow-run/**")
+            run_url = page.url
+            deadline = time.time() + 150
+            while not page.get_by_text("Completed", exact=True).first.is_visible():
+                assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+                failed = page.get_by_text("Failed", exact=True).first
+                assert not failed.is_visible(), (tmp_path / "worker.log").read_text()[-3000:]
+                assert time.time() < deadline, "the run did not complete in 150 s:\n" + \
+                    (tmp_path / "worker.log").read_text()[-3000:]
+                page.wait_for_timeout(3000)
+                page.reload()
+            page.screenshot(path=str(shots / "4-run-completed.png"), full_page=True)
+
+            # 5. its artifacts: the run's table of rounds
+            page.goto(run_url)
+            page.get_by_text("Artifacts", exact=True).first.click()
+            expect(page.get_by_text("coevolve-from-the-ui").first).to_be_visible()
+            page.screenshot(path=str(shots / "5-run-artifacts.png"), full_page=True)
+
+            # 6. the round's subflow run, named after its round, and its summary artifact
+            page.get_by_text("Subflow Runs", exact=True).first.click()
+            page.get_by_role("link", name="from-the-ui round 1").first.click()
+            page.wait_for_url("**/runs/flow-run/**")
+            page.get_by_text("Artifacts", exact=True).first.click()
+            page.get_by_text(re.compile(r"coevolve-from-the-ui-round-1|from-the-ui: round 1 summary")).first.click()
+            expect(page.get_by_text("from-the-ui: round 1 summary").first).to_be_visible()
+            expect(page.get_by_text("held-out score").first).to_be_visible()
+            page.screenshot(path=str(shots / "6-round-summary.png"), full_page=True)
+            browser.close()
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        worker_log.close()
+    assert (store / "runs" / "from-the-ui" / "round=1" / "evaluate.json").exists()
+    assert not (store / "runs" / "from-the-ui" / "round=2").exists()  # rounds_per_run = 1
+    assert sorted(p.name for p in shots.glob("*.png")) == [
+        "1-deployment.png", "2-custom-run-form.png", "3-custom-run-filled.png", "4-run-completed.png",
+        "5-run-artifacts.png", "6-round-summary.png"]
