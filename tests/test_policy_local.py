@@ -188,6 +188,31 @@ def test_half_precision_generation_runs_on_a_copy_that_follows_the_weights():
         PolicyConfig(dtype="int8").validate()
 
 
+def test_lora_adapters_are_merged_into_the_generation_copy():
+    """The trainer injects LoRA adapters into the policy's model; generation runs on a merged
+    copy (no adapter modules, the same function) that follows the adapters' updates."""
+    from coevolve.train.local import attach_lora
+
+    pol = LocalPolicy(PolicyConfig(model="tiny", max_context_tokens=1024))
+    peft = attach_lora(pol.model, 4, 8)
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.2)
+    runner = pol.runner
+    assert runner is not pol.model and not any(hasattr(m, "lora_A") for m in runner.modules())
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(runner(ids).logits, peft(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.mul_(-1.0)  # an update of the adapters only
+    pol.chat(convs(1), [TOOLS], SamplingParams(temperature=1.0, max_new_tokens=4, seed=1), meta(1))
+    with torch.no_grad():
+        torch.testing.assert_close(pol.runner(ids).logits, peft(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+    assert pol.runner is not runner
+
+
 def test_a_groups_identical_prompts_are_computed_once(policy):
     """GRPO samples of one task start from the same prompt: one prefill serves them all."""
     prompt = [5, 6, 7, 8] * 10

@@ -72,6 +72,20 @@ def _cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def _has_lora(model: torch.nn.Module) -> bool:
+    return any(hasattr(m, "lora_A") and hasattr(m, "get_base_layer") for m in model.modules())
+
+
+def _merge_lora(model: torch.nn.Module) -> None:
+    """Merge every peft LoRA layer of ``model`` (a copy) into its base layer and put the base
+    layer in its place."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if hasattr(child, "lora_A") and hasattr(child, "get_base_layer"):
+                child.merge()
+                setattr(parent, name, child.get_base_layer())
+
+
 def generation_dtype(name: str, model: torch.nn.Module, device: torch.device) -> torch.dtype:
     """``policy.dtype`` resolved. 'auto' is bfloat16 where it is fast and the model is big enough
     for the halved weight traffic to matter (50M+ parameters: smaller models are bound by
@@ -359,13 +373,19 @@ class LocalPolicy:
 
     @property
     def runner(self) -> torch.nn.Module:
-        """The model generation runs on: ``model`` itself, or its copy in ``dtype`` (remade
-        after the weights change)."""
+        """The model generation runs on: ``model`` itself, or a copy (remade after the weights
+        change) in ``dtype`` and with any LoRA adapters the trainer injected merged into their
+        base weights: a decoding step at a small batch is bound by per-operation overhead, and
+        an unmerged adapter turns each projection into four operations."""
         if self._runner is None:
-            if self.dtype == torch.float32:
+            lora = _has_lora(self.model)
+            if self.dtype == torch.float32 and not lora:
                 self._runner = self.model
             else:
-                self._runner = copy.deepcopy(self.model).to(self.dtype).eval().requires_grad_(False)
+                runner = copy.deepcopy(self.model)
+                if lora:
+                    _merge_lora(runner)
+                self._runner = runner.to(self.dtype).eval().requires_grad_(False)
         return self._runner
 
     def _weights_version(self) -> tuple[int, int]:
