@@ -32,20 +32,15 @@ def synthesis_states(cfg: RunConfig, env: Any = None) -> list[Task]:
     """The start states of round 0: ``synth.scenarios`` training scenarios drawn with the run
     seed, one state-only task per (category in ``synth.categories``, scenario)."""
     env = env or resolve("environment", cfg.env.name)()
-    if not hasattr(env, "training_states"):
+    if not hasattr(env, "training_states") or not hasattr(env, "scenario_of"):
         raise ConfigError(
             f"environment {cfg.env.name!r} offers no training states to synthesize a seed pool from "
-            "(it needs a training_states(heldout, seed, categories) method); commit a pool to the store first"
+            "(it needs training_states(heldout, seed, categories) and scenario_of(task): see coevolve.envs.base); commit a pool to the store first"
         )
     states = env.training_states(cfg.env.heldout_scenarios, cfg.seed, cfg.synth.categories)
-    scenarios = sorted({scenario_key(t) for t in states})
+    scenarios = sorted({env.scenario_of(t) for t in states})
     chosen = set(random.Random(f"synth/{cfg.seed}").sample(scenarios, min(cfg.synth.scenarios, len(scenarios))))
-    return [t for t in states if scenario_key(t) in chosen]
-
-
-def scenario_key(task: Task) -> str:
-    """The scenario a state-only task belongs to (its id's trailing index)."""
-    return task.task_id.rsplit("_", 1)[-1]
+    return [t for t in states if env.scenario_of(t) in chosen]
 
 
 def explore_static(store: Store, cfg: RunConfig, run_id: str) -> int:

@@ -31,7 +31,7 @@ from coevolve.abstractors.base import Call, Run, describe, split_turns
 from coevolve.abstractors.goals import GOALS, Goal, fallback_goal
 from coevolve.config import RunConfig
 from coevolve.envs.base import ToolCall
-from coevolve.explore import observed_error
+from coevolve.explorers.base import observed_error
 from coevolve.registry import register, resolve
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -56,7 +56,7 @@ def replay_effects(env: Any, run: Run, calls: list[Call]) -> list[Effect]:
     for call in calls:
         before = fingerprint() if fingerprint else None
         obs = episode.step(ToolCall(call["name"], call["arguments"]))
-        if observed_error(obs):
+        if observed_error(obs, env):
             continue
         changed = fingerprint() != before if fingerprint else True
         out.append(Effect(call, changed, obs.content if isinstance(obs.content, str) else str(obs.content)))
