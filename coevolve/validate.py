@@ -45,7 +45,7 @@ import json
 import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.dataset as ds

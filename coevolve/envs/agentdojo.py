@@ -41,6 +41,7 @@ import datetime
 import hashlib
 import json
 import random
+import re
 from collections import Counter
 from functools import lru_cache
 from typing import Any
@@ -137,6 +138,15 @@ def _clock_free(obj: Any, opened: datetime.datetime) -> Any:
     return obj
 
 
+_DATETIME_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?")
+
+
+def _clock_free_text(text: str, opened: datetime.datetime) -> str:
+    """A rendered result with clock stamps (datetimes at or after ``opened``) masked."""
+    cut = opened.isoformat(sep=" ")[:19]
+    return _DATETIME_TEXT.sub(lambda m: "@clock" if m.group(0).replace("T", " ")[:19] >= cut else m.group(0), text)
+
+
 def _render(result: Any) -> str:
     from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
 
@@ -181,9 +191,10 @@ class AgentDojoEpisode:
         if len(task.reference_actions) != self.n_turns:
             raise ValueError(f"{task.task_id}: {self.n_turns} turns but {len(task.reference_actions)} reference turns")
         state = task.initial_state
-        self.suite = state.get("suite")
-        if self.suite not in SUITES:
-            raise ValueError(f"{task.task_id}: initial_state.suite must be one of {SUITES}, got {self.suite!r}")
+        suite = state.get("suite")
+        if suite not in SUITES:
+            raise ValueError(f"{task.task_id}: initial_state.suite must be one of {SUITES}, got {suite!r}")
+        self.suite: str = suite
         self._opened = datetime.datetime.now() - datetime.timedelta(seconds=1)
         self._agent = _Runner(self.suite, state["environment"])
         self._pre = self._agent.env.model_copy(deep=True)
@@ -253,6 +264,7 @@ class AgentDojoEpisode:
 
     def _utility(self) -> bool:
         task, post, output = self._user_task, self._agent.env, "\n".join(self._outputs)
+        assert task is not None
         try:
             verdict = task.utility_from_traces(output, self._pre, post, self._traces)
             return bool(task.utility(output, self._pre, post) if verdict is None else verdict)
@@ -274,7 +286,10 @@ class AgentDojoEpisode:
         agent_state = _clock_free(self._agent.env.model_dump(), self._opened)
         if agent_state != _clock_free(self._reference.env.model_dump(), self._opened):
             return False, f"turn {t}: the environment differs from the reference's", ref_calls
-        missing = Counter(ref_results) - Counter(self._agent_results)
+        opened = self._opened
+        missing = Counter(_clock_free_text(r, opened) for r in ref_results) - Counter(
+            _clock_free_text(r, opened) for r in self._agent_results
+        )
         if missing:
             return False, f"turn {t}: a reference result is missing from the agent's results", ref_calls
         return True, "", ref_calls

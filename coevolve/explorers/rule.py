@@ -278,7 +278,7 @@ class RuleExplorer:
                 args[p.name] = self._value(s, name, p)
         return args
 
-    def _value(self, s: Session, fname: str, p: Param, exclude: list[Any] = ()) -> Any:
+    def _value(self, s: Session, fname: str, p: Param, exclude: tuple[Any, ...] = ()) -> Any:
         mem, rng = s.memory, s.rng
         bank: ValueBank = mem["bank"]
         bad = list(exclude) + mem["bad"].get((fname, p.name), [])
