@@ -64,6 +64,11 @@ def replay_effects(env: Any, run: Run, calls: list[Call]) -> list[Effect]:
 
 
 def goal_of(name: str, doc: dict[str, Any]) -> Goal:
+    """The goal template of ``name``: the environment's own (a doc's ``goal`` entry,
+    ``{"kind", "texts"}``), else the BFCL table ``GOALS``, else the doc's description."""
+    own = doc.get("goal") if doc else None
+    if isinstance(own, dict) and own.get("texts"):
+        return Goal(str(own.get("kind", "do")), tuple(own["texts"]), dict(own.get("values", {})))
     return GOALS.get(name) or fallback_goal(describe(doc) if doc else name)
 
 

@@ -47,6 +47,7 @@ from functools import lru_cache
 from typing import Any
 
 from coevolve import reward as rewards
+from coevolve.envs.agentdojo_goals import goal_doc
 from coevolve.envs.base import EnvironmentBase, EpisodeScore, Observation, ToolCall
 from coevolve.registry import register
 from coevolve.safety import ActionRole, SafetyProfile
@@ -105,8 +106,13 @@ def _flatten(node: Any, defs: dict[str, Any]) -> Any:
         merged = {k: v for k, v in node.items() if k != "anyOf"}
         if len(options) == 1:
             merged.update(_flatten(options[0], defs))
-        return {k: _flatten(v, defs) for k, v in merged.items() if k != "title"}
-    return {k: _flatten(v, defs) for k, v in node.items() if k not in ("title", "$defs")}
+        return {k: _flatten(v, defs) for k, v in merged.items() if not _annotation(k, v)}
+    return {k: _flatten(v, defs) for k, v in node.items() if not _annotation(k, v) and k != "$defs"}
+
+
+def _annotation(key: str, value: Any) -> bool:
+    """A schema's own ``title`` (a string), not a property named ``title`` (a schema)."""
+    return key == "title" and isinstance(value, str)
 
 
 @lru_cache(maxsize=None)
@@ -434,7 +440,13 @@ class AgentDojoEnvironment(EnvironmentBase):
         return AgentDojoEpisode(task)
 
     def function_docs(self, task: Task) -> list[dict[str, Any]]:
-        return tool_docs(task.initial_state["suite"])
+        """The suite's tool schemas, each with its goal template (``goal``, for the template abstractor)."""
+        docs = tool_docs(task.initial_state["suite"])
+        for doc in docs:
+            goal = goal_doc(doc["name"])
+            if goal:
+                doc["goal"] = goal
+        return docs
 
     def state_data(self, initial_state: dict[str, Any]) -> Any:
         return initial_state.get("environment", {})
