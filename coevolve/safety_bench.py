@@ -35,12 +35,20 @@ def injection_candidates() -> list[Task]:
         tools = [d["name"] for d in ad.tool_docs(suite)]
         for iid in sorted(s.injection_tasks, key=lambda i: int(i.rsplit("_", 1)[-1])):
             task = s.injection_tasks[iid]
-            calls = [{"name": c.function, "arguments": dict(c.args)} for c in task.ground_truth(env.model_copy(deep=True))]
+            calls = [
+                {"name": c.function, "arguments": dict(c.args)} for c in task.ground_truth(env.model_copy(deep=True))
+            ]
             out.append(
                 Task(
-                    task_id=f"{suite}.{iid}", env=ad.NAME, turns=[task.GOAL], reference_actions=[calls],
-                    initial_state={"suite": suite, "environment": ad.default_state(suite)}, tools=tools,
-                    category=suite, split="train", origin="injection",
+                    task_id=f"{suite}.{iid}",
+                    env=ad.NAME,
+                    turns=[task.GOAL],
+                    reference_actions=[calls],
+                    initial_state={"suite": suite, "environment": ad.default_state(suite)},
+                    tools=tools,
+                    category=suite,
+                    split="train",
+                    origin="injection",
                 )
             )
     return out
@@ -123,5 +131,3 @@ def measure(cfg: RunConfig, envs: list[str]) -> dict[str, Any]:
     for name in envs:
         out[name] = false_refusals(cfg, name, round0_accepted(cfg, name))
     return out
-
-

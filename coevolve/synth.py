@@ -18,9 +18,9 @@ synthetic data").
 from __future__ import annotations
 
 import random
-from typing import Any
 
 from coevolve.config import ConfigError, RunConfig
+from coevolve.envs.base import Environment
 from coevolve.registry import resolve
 from coevolve.store import Store
 from coevolve.tasks import Task
@@ -28,7 +28,7 @@ from coevolve.tasks import Task
 STATIC = "static"  # signal_type of round-0 contexts and origin of the tasks they yield
 
 
-def synthesis_states(cfg: RunConfig, env: Any = None) -> list[Task]:
+def synthesis_states(cfg: RunConfig, env: Environment | None = None) -> list[Task]:
     """The start states of round 0: ``synth.scenarios`` training scenarios drawn with the run
     seed, one state-only task per (category in ``synth.categories``, scenario)."""
     env = env or resolve("environment", cfg.env.name)()

@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from coevolve.config import ConfigError, RunConfig
-from coevolve.envs.base import ToolCall
+from coevolve.envs.base import Environment, EpisodeScore, ToolCall
 from coevolve.explorers.base import observed_error
 from coevolve.registry import register, resolve
 from coevolve.safety import ArgumentRule, SafetyPolicy  # noqa: F401  (re-exported for callers)
@@ -63,7 +63,7 @@ log = logging.getLogger("coevolve.validate")
 
 
 # ----------------------------------------------------------------------------- safety
-def safety_policy(cfg: RunConfig, env: Any) -> SafetyPolicy:
+def safety_policy(cfg: RunConfig, env: Environment) -> SafetyPolicy:
     """The run's safety policy (``coevolve.safety``): the configured lists and rules over the
     environment's action roles (``Environment.safety_profile``; none for an environment without one)."""
     v = cfg.validate_
@@ -131,7 +131,7 @@ def pool_index(pool_rows: list[dict[str, Any]], threshold: float) -> DuplicateIn
 
 
 # ----------------------------------------------------------------------------- pass 1
-def replay(env: Any, task: Task) -> tuple[str | None, Any]:
+def replay(env: Environment, task: Task) -> tuple[str | None, EpisodeScore | None]:
     """Pass 1a: run the reference calls in a fresh episode and score it.
 
     Returns ``(reason, score)``: a reason when a call fails or the replay does not reach the
@@ -160,7 +160,7 @@ def replay(env: Any, task: Task) -> tuple[str | None, Any]:
 PROBE_CALL = ToolCall("coevolve_validate_probe_no_op", {})
 
 
-def no_effect_turn(env: Any, task: Task) -> int | None:
+def no_effect_turn(env: Environment, task: Task) -> int | None:
     """Pass 1b: the first turn whose reference calls have no effect, or None.
 
     For each turn ``t`` with reference calls: a fresh episode replays turns ``< t`` and makes
@@ -185,7 +185,7 @@ def no_effect_turn(env: Any, task: Task) -> int | None:
     return None
 
 
-def executable(env: Any, task: Task, require_effect: bool = True) -> str | None:
+def executable(env: Environment, task: Task, require_effect: bool = True) -> str | None:
     """Pass 1: why ``task`` is not executable, or None (``require_effect``: also probe every turn)."""
     reason, _ = replay(env, task)
     if reason or not require_effect:
@@ -301,7 +301,7 @@ def learnable(a: Attempts, drop_solved: bool) -> dict[str, Any]:
 def validate_rows(
     rows: list[dict[str, Any]],
     pool_rows: list[dict[str, Any]],
-    env: Any,
+    env: Environment,
     cfg: RunConfig,
     solver: Solver | None,
 ) -> list[dict[str, Any]]:

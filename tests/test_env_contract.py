@@ -108,7 +108,9 @@ def test_a_reference_replay_succeeds_and_doing_nothing_fails(env, state):
     probe = env.episode(start)
     if env.observation_error(probe.step(call)):
         pytest.skip("the first parameterless function fails from this state")
-    task = Task(**{**start.__dict__, "turns": ["Do it."], "reference_actions": [[{"name": call.name, "arguments": {}}]]})
+    task = Task(
+        **{**start.__dict__, "turns": ["Do it."], "reference_actions": [[{"name": call.name, "arguments": {}}]]}
+    )
     ep = env.episode(task)
     ep.user_message(0)
     ep.step(call)

@@ -65,15 +65,22 @@ def test_episodes_are_isolated_and_bad_calls_are_error_observations(env):
     state = env.training_states(0, 0, ["banking"])[0]
     start = env.start_state(state)
     a, b = env.episode(start), env.episode(start)
-    obs = a.step(ToolCall("send_money", {"recipient": "GB29NWBK60161331926819", "amount": 5.0,
-                                          "subject": "x", "date": "2022-03-10"}))
+    obs = a.step(
+        ToolCall(
+            "send_money", {"recipient": "GB29NWBK60161331926819", "amount": 5.0, "subject": "x", "date": "2022-03-10"}
+        )
+    )
     assert obs.error is None
     assert "5.0" in a.step(ToolCall("get_most_recent_transactions", {"n": 1})).content
     assert "5.0" not in b.step(ToolCall("get_most_recent_transactions", {"n": 1})).content
     assert a.state_fingerprint() != b.state_fingerprint()
     assert start.initial_state == env.start_state(state).initial_state  # the task's state is untouched
-    for call in [ToolCall("__import__", {"name": "os"}), ToolCall("send_money", {"amount": "lots"}),
-                 ToolCall("get_balance", ["x"]), ToolCall("send_money", {"recipient": 1, "amount": 1.0})]:
+    for call in [
+        ToolCall("__import__", {"name": "os"}),
+        ToolCall("send_money", {"amount": "lots"}),
+        ToolCall("get_balance", ["x"]),
+        ToolCall("send_money", {"recipient": 1, "amount": 1.0}),
+    ]:
         out = b.step(call)
         assert out.error and out.content.startswith("Error")
     assert b.n_malformed == 4
@@ -81,9 +88,17 @@ def test_episodes_are_isolated_and_bad_calls_are_error_observations(env):
 
 def test_a_synthesized_task_is_scored_against_its_reference_replay(env):
     state = env.start_state(env.training_states(0, 0, ["banking"])[0])
-    ref = [{"name": "update_password", "arguments": {"password": "s3cret-pass"}}, {"name": "get_balance", "arguments": {}}]
-    task = type(state)(**{**state.__dict__, "turns": ["Set my password to s3cret-pass and tell me my balance."],
-                          "reference_actions": [ref]})
+    ref = [
+        {"name": "update_password", "arguments": {"password": "s3cret-pass"}},
+        {"name": "get_balance", "arguments": {}},
+    ]
+    task = type(state)(
+        **{
+            **state.__dict__,
+            "turns": ["Set my password to s3cret-pass and tell me my balance."],
+            "reference_actions": [ref],
+        }
+    )
     good = env.episode(task)
     for c in ref:
         good.step(ToolCall(c["name"], c["arguments"]))

@@ -40,8 +40,10 @@ def _top_level_imports(tree: ast.Module, modules: set[str]) -> set[str]:
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    return (
+        isinstance(test, ast.Name)
+        and test.id == "TYPE_CHECKING"
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
     )
 
 

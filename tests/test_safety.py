@@ -37,7 +37,9 @@ def _check(*calls: dict, rules=None) -> str | None:
 
 
 def test_sending_to_a_party_of_the_state_is_safe_and_to_an_unknown_one_is_not():
-    assert _check({"name": "pay", "arguments": {"to": "alice@example.com", "memo": "rent", "date": "2024-05-11"}}) is None
+    assert (
+        _check({"name": "pay", "arguments": {"to": "alice@example.com", "memo": "rent", "date": "2024-05-11"}}) is None
+    )
     reason = _check({"name": "pay", "arguments": {"to": "mallory@evil.example", "memo": "x", "date": "2024-05-11"}})
     assert reason.startswith("unsafe: unknown_party: pay.to")
     # an address smuggled into the content counts as a party too

@@ -124,5 +124,3 @@ class LLMAbstractor:
             except (ValueError, RecursionError) as exc:
                 out[i] = f"llm abstractor: malformed output: {exc}; output began {json.dumps(text[:120])}"
         return out
-
-

@@ -30,7 +30,7 @@ from typing import Any
 from coevolve.abstractors.base import Call, Run, describe, split_turns
 from coevolve.abstractors.goals import GOALS, Goal, fallback_goal
 from coevolve.config import RunConfig
-from coevolve.envs.base import ToolCall
+from coevolve.envs.base import Environment, ToolCall
 from coevolve.explorers.base import observed_error
 from coevolve.registry import register, resolve
 
@@ -47,7 +47,7 @@ class Effect:
     observation: str
 
 
-def replay_effects(env: Any, run: Run, calls: list[Call]) -> list[Effect]:
+def replay_effects(env: Environment, run: Run, calls: list[Call]) -> list[Effect]:
     """Replay ``calls`` from the run's start state; calls that fail on replay are left out.
     An environment whose episodes have no ``state_fingerprint`` counts every call as a change."""
     episode = env.episode(dataclasses.replace(run.seed, turns=[""], reference_actions=[[]]))
@@ -187,7 +187,7 @@ def turn_text(goals: list[list[Effect]], docs: dict[str, dict[str, Any]]) -> str
 class TemplateAbstractor:
     """Goal instructions from per-function templates, over the calls that matter."""
 
-    def __init__(self, cfg: RunConfig | None = None, env: Any = None) -> None:
+    def __init__(self, cfg: RunConfig | None = None, env: Environment | None = None) -> None:
         self.max_turns = cfg.abstract.max_turns if cfg else 3
         self.env = env or resolve("environment", cfg.env.name if cfg else "bfcl-v3")()
 

@@ -308,8 +308,14 @@ class AgentDojoEpisode:
         progress = rewards.episode_progress(self._turn_progress, self.n_turns) if self.n_turns else float(not reason)
         fmt = rewards.format_share(self.n_calls, self.n_malformed)
         return EpisodeScore(
-            success=not reason, reward=rewards.training_reward(progress, fmt), turn_passed=passed, reason=reason,
-            progress=progress, format=fmt, n_calls=self.n_calls, n_malformed=self.n_malformed,
+            success=not reason,
+            reward=rewards.training_reward(progress, fmt),
+            turn_passed=passed,
+            reason=reason,
+            progress=progress,
+            format=fmt,
+            n_calls=self.n_calls,
+            n_malformed=self.n_malformed,
         )
 
 
@@ -389,8 +395,9 @@ class AgentDojoEnvironment(EnvironmentBase):
     def __init__(self, step_timeout_s: float | None = None):
         self.step_timeout_s = step_timeout_s
 
-    def load_tasks(self, categories: list[str] | None = None, ids: list[str] | None = None,
-                   limit: int | None = None) -> list[Task]:
+    def load_tasks(
+        self, categories: list[str] | None = None, ids: list[str] | None = None, limit: int | None = None
+    ) -> list[Task]:
         """User tasks (evaluation side: they carry prompts and ground truth) of ``categories``
         (suites) or exactly ``ids`` (``<suite>.user_task_<n>``)."""
         pairs = user_task_ids()
@@ -413,8 +420,9 @@ class AgentDojoEnvironment(EnvironmentBase):
             raise ValueError(f"env.heldout_scenarios: AgentDojo user-task indices must be in [0, {n}), got {bad}")
         return sorted(set(heldout))
 
-    def heldout_tasks(self, heldout: int | list[int], seed: int, scenarios: int = 0,
-                      categories: list[str] | None = None) -> list[Task]:
+    def heldout_tasks(
+        self, heldout: int | list[int], seed: int, scenarios: int = 0, categories: list[str] | None = None
+    ) -> list[Task]:
         """``scenarios`` (0 = all) of the held-out user tasks, drawn with ``seed``."""
         pairs = user_task_ids()
         held = self.heldout_indices(heldout, seed)
@@ -427,9 +435,16 @@ class AgentDojoEnvironment(EnvironmentBase):
         """One state-only task per suite: the default environment and the tool names. No user
         task is read (every user task of a suite starts from this same state)."""
         return [
-            Task(task_id=f"{suite}.state", env=NAME, turns=[], reference_actions=[],
-                 initial_state={"suite": suite, "environment": default_state(suite)},
-                 tools=[d["name"] for d in _suite_docs(suite)], category=suite, split="train")
+            Task(
+                task_id=f"{suite}.state",
+                env=NAME,
+                turns=[],
+                reference_actions=[],
+                initial_state={"suite": suite, "environment": default_state(suite)},
+                tools=[d["name"] for d in _suite_docs(suite)],
+                category=suite,
+                split="train",
+            )
             for suite in self.own_categories(categories)
         ]
 

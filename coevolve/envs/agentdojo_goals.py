@@ -60,10 +60,16 @@ GOALS: dict[str, tuple[str, tuple[str, ...]]] = {
     # ------------------------------------------------------------ banking
     "get_iban": ("answer", ("tell me my IBAN",)),
     "send_money": ("do", ("send {amount} to {recipient} on {date} with the subject {subject}",)),
-    "schedule_transaction": ("do", ("schedule a payment of {amount} to {recipient} on {date} with the subject {subject}",)),
+    "schedule_transaction": (
+        "do",
+        ("schedule a payment of {amount} to {recipient} on {date} with the subject {subject}",),
+    ),
     "update_scheduled_transaction": ("do", ("change my scheduled payment {id}",)),
     "get_balance": ("answer", ("tell me my balance",)),
-    "get_most_recent_transactions": ("answer", ("show me my {n} most recent transactions", "show me my recent transactions")),
+    "get_most_recent_transactions": (
+        "answer",
+        ("show me my {n} most recent transactions", "show me my recent transactions"),
+    ),
     "get_scheduled_transactions": ("answer", ("show me my scheduled payments",)),
     "read_file": ("answer", ("show me the file {file_path}",)),
     "get_user_info": ("answer", ("show me my account details",)),

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from coevolve.envs.base import Episode, Observation, ToolCall
+from coevolve.envs.base import Environment, Episode, Observation, ToolCall
 from coevolve.tasks import Task
 
 
@@ -39,7 +39,7 @@ class Step:
     error: str | None
 
 
-def observed_error(obs: Observation, env: Any = None) -> str | None:
+def observed_error(obs: Observation, env: Environment | None = None) -> str | None:
     """The error an observation reports: ``env.observation_error`` where the environment is
     known (its own convention), else ``obs.error``."""
     if env is not None and hasattr(env, "observation_error"):
@@ -59,7 +59,7 @@ class Session:
     budget: int  # steps of this run in all
     history: list[Step] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)  # explorer-private state (a chat, a cursor)
-    env: Any = None  # the environment (its observation_error and state_data conventions)
+    env: Environment | None = None  # the environment (its observation_error and state_data conventions)
 
     def execute(self, call: ToolCall | None, failure: str = "") -> Step:
         """Run ``call`` in the episode (or record that no call was produced) and remember it."""
