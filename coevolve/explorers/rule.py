@@ -160,7 +160,9 @@ def _key(call: Any) -> str:
 
 
 def _tokens(name: str) -> set[str]:
-    return {t for t in re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", name.lower()) if len(t) > 1}
+    """Words of a key, singular (``channels`` and ``channel`` share a word)."""
+    words = re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", name.lower())
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words if len(w) > 1}
 
 
 class RuleExplorer:
