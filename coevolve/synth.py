@@ -2,9 +2,9 @@
 
 The pool starts from nothing a human wrote for the benchmark. The environment offers the
 *states* of its training scenarios (``Environment.training_states``: BFCL's initial
-configuration, involved classes, tool docs, excluded functions; never a question, never a
-ground-truth call, nothing of a held-out scenario). Round 0 draws ``synth.scenarios`` of
-them with the run seed and explores each from ``synth.contexts_per_scenario`` coverage
+configuration, involved classes, tool docs, excluded functions; AgentDojo's suite
+environments; never a question, never a ground-truth call, nothing of a held-out scenario).
+Round 0 draws ``synth.scenarios`` of them (``Environment.scenario_of``) with the run seed and explores each from ``synth.contexts_per_scenario`` coverage
 contexts (their focus tools together reach every tool of the scenario's classes; argument
 values come from the tool schemas, the state and the observations). The rest of round 0 is
 an ordinary round's tail: abstract -> validate (mechanical checks only: there is no trained

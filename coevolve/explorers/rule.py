@@ -51,7 +51,7 @@ class Param:
 
 
 def params_of(doc: dict[str, Any]) -> list[Param]:
-    """The parameters of a BFCL function doc (enums read from ``enum`` or ``[Enum]: [...]``)."""
+    """The parameters of a function doc (enums read from ``enum`` or, as BFCL writes them, ``[Enum]: [...]``)."""
     spec = doc.get("parameters") or {}
     required = set(spec.get("required") or [])
     out = []
