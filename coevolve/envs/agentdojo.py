@@ -131,6 +131,34 @@ def tool_docs(suite: str) -> list[dict[str, Any]]:
     return copy.deepcopy(list(_suite_docs(suite)))
 
 
+def _names(items: Any) -> list[str]:
+    return [str(i["name"]) for i in items or [] if isinstance(i, dict) and "name" in i]
+
+
+def entity_values(env: dict[str, Any]) -> dict[str, list[Any]]:
+    """A suite environment's entities keyed by the tool parameters that name them."""
+    slack = env.get("slack") or {}
+    hotels = _names((env.get("hotels") or {}).get("hotel_list"))
+    restaurants = _names((env.get("restaurants") or {}).get("restaurant_list"))
+    companies = _names((env.get("car_rental") or {}).get("company_list"))
+    out: dict[str, list[Any]] = {
+        "channel": list(slack.get("channels", [])),
+        "user": list(slack.get("users", [])),
+        "hotel": hotels,
+        "hotel_name": hotels,
+        "hotel_names": hotels,
+        "restaurant": restaurants,
+        "restaurant_names": restaurants,
+        "company": companies,
+        "company_name": companies,
+        "email_id": list((env.get("inbox") or {}).get("emails", {})),
+        "event_id": list((env.get("calendar") or {}).get("events", {})),
+        "file_id": list((env.get("cloud_drive") or {}).get("files", {})),
+        "file_path": list((env.get("filesystem") or {}).get("files", {})),
+    }
+    return {k: v for k, v in out.items() if v}
+
+
 def _clock_free(obj: Any, opened: datetime.datetime) -> Any:
     """``obj`` (a model dump) with clock stamps (datetimes at or after ``opened``: a sent
     email's timestamp, a file's last_modified) replaced by a marker, so two runs of the same
@@ -464,7 +492,10 @@ class AgentDojoEnvironment(EnvironmentBase):
         return docs
 
     def state_data(self, initial_state: dict[str, Any]) -> Any:
-        return initial_state.get("environment", {})
+        """The suite environment, plus its entities under the parameter names the tools take
+        them by (``channel``, ``hotel_names``, ``email_id``, ...): what explorers fill arguments from."""
+        env = initial_state.get("environment", {})
+        return {**env, "@entities": entity_values(env)}
 
     def safety_profile(self) -> SafetyProfile:
         return SafetyProfile(roles=ROLES, known=_known, present=_present)

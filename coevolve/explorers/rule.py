@@ -51,7 +51,7 @@ class Param:
 
 
 def params_of(doc: dict[str, Any]) -> list[Param]:
-    """The parameters of a function doc (enums read from ``enum`` or, as BFCL writes them, ``[Enum]: [...]``)."""
+    """The parameters of a BFCL function doc (enums read from ``enum`` or ``[Enum]: [...]``)."""
     spec = doc.get("parameters") or {}
     required = set(spec.get("required") or [])
     out = []
@@ -160,9 +160,7 @@ def _key(call: Any) -> str:
 
 
 def _tokens(name: str) -> set[str]:
-    """Words of a key, singular (``channels`` and ``channel`` share a word)."""
-    words = re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", name.lower())
-    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words if len(w) > 1}
+    return {t for t in re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", name.lower()) if len(t) > 1}
 
 
 class RuleExplorer:
