@@ -135,6 +135,11 @@ def _names(items: Any) -> list[str]:
     return [str(i["name"]) for i in items or [] if isinstance(i, dict) and "name" in i]
 
 
+def _groups(names: list[str], size: int = 3) -> list[Any]:
+    """The names one by one and in short lists (for the tools that take a list of names)."""
+    return [*names, *(names[i : i + size] for i in range(0, len(names), size))]
+
+
 def entity_values(env: dict[str, Any]) -> dict[str, list[Any]]:
     """A suite environment's entities keyed by the tool parameters that name them."""
     slack = env.get("slack") or {}
@@ -146,11 +151,11 @@ def entity_values(env: dict[str, Any]) -> dict[str, list[Any]]:
         "user": list(slack.get("users", [])),
         "hotel": hotels,
         "hotel_name": hotels,
-        "hotel_names": hotels,
+        "hotel_names": _groups(hotels),
         "restaurant": restaurants,
-        "restaurant_names": restaurants,
+        "restaurant_names": _groups(restaurants),
         "company": companies,
-        "company_name": companies,
+        "company_name": _groups(companies),
         "email_id": list((env.get("inbox") or {}).get("emails", {})),
         "event_id": list((env.get("calendar") or {}).get("events", {})),
         "file_id": list((env.get("cloud_drive") or {}).get("files", {})),
