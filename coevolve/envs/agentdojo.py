@@ -78,6 +78,12 @@ def _default_dump(suite: str) -> str:
     return json.dumps(env.model_dump(mode="json"))
 
 
+@lru_cache(maxsize=None)
+def _env_type(suite: str) -> Any:
+    """The suite's environment class (a pydantic model)."""
+    return type(suites()[suite].load_and_inject_default_environment({}))
+
+
 def default_state(suite: str) -> dict[str, Any]:
     """A fresh copy of the suite's default environment (benign injection texts) as JSON data."""
     return json.loads(_default_dump(suite))
@@ -198,10 +204,8 @@ class _Runner:
     def __init__(self, suite: str, state: dict[str, Any]):
         from agentdojo.functions_runtime import FunctionsRuntime
 
-        s = suites()[suite]
-        env_type = type(s.load_and_inject_default_environment({}))
-        self.env = env_type.model_validate(state)  # a fresh object: this episode's own copy
-        self.runtime = FunctionsRuntime(s.tools)
+        self.env = _env_type(suite).model_validate(state)  # a fresh object: this episode's own copy
+        self.runtime = FunctionsRuntime(suites()[suite].tools)
 
     def call(self, name: Any, arguments: Any) -> tuple[str, str | None]:
         """(result as AgentDojo shows it to a model, error or None)."""
