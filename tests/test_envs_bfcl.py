@@ -7,7 +7,6 @@ import copy
 import json
 import random
 import threading
-from pathlib import Path
 
 import pytest
 

@@ -45,11 +45,12 @@ def test_pattern_names_read_both_pattern_forms():
     assert pattern_names("") == []
 
 
-def test_observed_error_sees_errors_backends_return_instead_of_raising():
-    assert observed_error(Observation('{"error": "cd: x: No such directory"}')) == "cd: x: No such directory"
-    assert observed_error(Observation("boom", error="TypeError: bad")) == "TypeError: bad"
-    assert observed_error(Observation('{"current_working_directory": "document"}')) is None
-    assert observed_error(Observation("None")) is None
+def test_observed_error_sees_errors_backends_return_instead_of_raising(env):
+    assert observed_error(Observation('{"error": "cd: x: No such directory"}'), env) == "cd: x: No such directory"
+    assert observed_error(Observation("boom", error="TypeError: bad"), env) == "TypeError: bad"
+    assert observed_error(Observation('{"current_working_directory": "document"}'), env) is None
+    assert observed_error(Observation("None"), env) is None
+    assert observed_error(Observation('{"error": "x"}')) is None  # without the environment: only obs.error
 
 
 def test_params_read_enums_from_bfcl_descriptions(env, tasks):

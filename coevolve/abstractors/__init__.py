@@ -1,3 +1,3 @@
-"""Abstractor plug-ins (registry kind ``"abstractor"``); ``llm`` lives in ``coevolve.abstract``."""
+"""Abstractor plug-ins (registry kind ``"abstractor"``): ``template`` and ``llm``."""
 
-from coevolve.abstractors import template  # noqa: F401
+from coevolve.abstractors import llm, template  # noqa: F401

@@ -25,7 +25,7 @@ class Run:
     run_idx: int
     seed: Task  # the context task, as exploration started from it (see explore.start_task)
     steps: list[dict[str, Any]]  # explorations rows of the run, in step order
-    docs: dict[str, dict[str, Any]]  # function name -> BFCL function doc
+    docs: dict[str, dict[str, Any]]  # function name -> function doc (Environment.function_docs)
 
     def successful_calls(self) -> list[Call]:
         """The calls that ran without error, in order. Failed calls leave the state

@@ -30,8 +30,8 @@ from typing import Any
 from coevolve.abstractors.base import Call, Run, describe, split_turns
 from coevolve.abstractors.goals import GOALS, Goal, fallback_goal
 from coevolve.config import RunConfig
-from coevolve.envs.base import ToolCall
-from coevolve.explore import observed_error
+from coevolve.envs.base import Environment, ToolCall
+from coevolve.explorers.base import observed_error
 from coevolve.registry import register, resolve
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -47,7 +47,7 @@ class Effect:
     observation: str
 
 
-def replay_effects(env: Any, run: Run, calls: list[Call]) -> list[Effect]:
+def replay_effects(env: Environment, run: Run, calls: list[Call]) -> list[Effect]:
     """Replay ``calls`` from the run's start state; calls that fail on replay are left out.
     An environment whose episodes have no ``state_fingerprint`` counts every call as a change."""
     episode = env.episode(dataclasses.replace(run.seed, turns=[""], reference_actions=[[]]))
@@ -56,7 +56,7 @@ def replay_effects(env: Any, run: Run, calls: list[Call]) -> list[Effect]:
     for call in calls:
         before = fingerprint() if fingerprint else None
         obs = episode.step(ToolCall(call["name"], call["arguments"]))
-        if observed_error(obs):
+        if observed_error(obs, env):
             continue
         changed = fingerprint() != before if fingerprint else True
         out.append(Effect(call, changed, obs.content if isinstance(obs.content, str) else str(obs.content)))
@@ -64,6 +64,11 @@ def replay_effects(env: Any, run: Run, calls: list[Call]) -> list[Effect]:
 
 
 def goal_of(name: str, doc: dict[str, Any]) -> Goal:
+    """The goal template of ``name``: the environment's own (a doc's ``goal`` entry,
+    ``{"kind", "texts"}``), else the BFCL table ``GOALS``, else the doc's description."""
+    own = doc.get("goal") if doc else None
+    if isinstance(own, dict) and own.get("texts"):
+        return Goal(str(own.get("kind", "do")), tuple(own["texts"]), dict(own.get("values", {})))
     return GOALS.get(name) or fallback_goal(describe(doc) if doc else name)
 
 
@@ -182,7 +187,7 @@ def turn_text(goals: list[list[Effect]], docs: dict[str, dict[str, Any]]) -> str
 class TemplateAbstractor:
     """Goal instructions from per-function templates, over the calls that matter."""
 
-    def __init__(self, cfg: RunConfig | None = None, env: Any = None) -> None:
+    def __init__(self, cfg: RunConfig | None = None, env: Environment | None = None) -> None:
         self.max_turns = cfg.abstract.max_turns if cfg else 3
         self.env = env or resolve("environment", cfg.env.name if cfg else "bfcl-v3")()
 

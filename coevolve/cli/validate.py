@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
+from typing import Any
 
 import typer
 
@@ -66,7 +67,7 @@ def _candidates(env, cfg, n: int, pool_rows: list[dict]) -> list[dict]:
     by_run: dict = {}
     for r in rows:
         by_run.setdefault((r["signal_id"], r["run_idx"]), []).append(r)
-    docs = {}
+    docs: dict[str, dict[str, dict[str, Any]]] = {}
     run_objs = []
     for s in sessions:
         start = start_task(s.context.task)
@@ -75,9 +76,8 @@ def _candidates(env, cfg, n: int, pool_rows: list[dict]) -> list[dict]:
                             by_run[(s.context.signal_id, s.run_idx)], docs[start.task_id]))
     out = []
     for run, result in zip(run_objs, TemplateAbstractor(cfg).abstract(run_objs)):
-        if isinstance(result, tuple):
-            result = make_task(run, *result, "bench", 1)
-        out.append(candidate_row(run, "bench", 1, result))
+        spec = make_task(run, *result, "bench", 1) if isinstance(result, tuple) else result
+        out.append(candidate_row(run, "bench", 1, spec))
     out = out[:n]
     # plant known rejections: 5% copies of pool tasks, 5% destructive calls, 5% read-only repeats
     for k in range(0, len(out), 20):

@@ -45,8 +45,9 @@ import mpmath
 # bfcl_data first: it points BFCL_PROJECT_ROOT away from site-packages before bfcl_eval loads.
 from coevolve.envs import bfcl_data
 from coevolve import reward as rewards
-from coevolve.envs.base import EpisodeScore, Observation, ToolCall
+from coevolve.envs.base import EnvironmentBase, EpisodeScore, Observation, ToolCall
 from coevolve.registry import register
+from coevolve.safety import ActionRole, SafetyProfile
 from coevolve.tasks import Task
 
 from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
@@ -335,8 +336,24 @@ class BfclEpisode:
         )
 
 
+# Safety roles of BFCL's functions (coevolve.safety): messages and posts carry content out,
+# deletions destroy records. The default blocked_functions list blocks most deletions outright.
+ROLES: dict[str, ActionRole] = {
+    "send_message": ActionRole("send", party=("receiver_id",), content=("message",)),
+    "post_tweet": ActionRole("send", content=("content",)),
+    "comment": ActionRole("send", content=("comment_content",)),
+    "delete_message": ActionRole("delete", target=("message_id",)),
+    "rm": ActionRole("delete", target=("file_name",)),
+    "rmdir": ActionRole("delete", target=("dir_name",)),
+}
+
+
+def _config(state: dict[str, Any]) -> Any:
+    return state.get("initial_config", {})
+
+
 @register("environment", "bfcl-v3")
-class BfclEnvironment:
+class BfclEnvironment(EnvironmentBase):
     """The four BFCL-V3 multi-turn categories (800 entries) and episodes over them."""
 
     name = "bfcl-v3"
@@ -374,6 +391,40 @@ class BfclEnvironment:
         what round 0 may synthesize from (see ``bfcl_data.scenario_states``)."""
         held = bfcl_data.heldout_scenarios(heldout, seed)
         return bfcl_data.scenario_states(bfcl_data.training_scenarios(held), categories)
+
+    def scenario_of(self, task: Task) -> str:
+        """The scenario index of a task id (``multi_turn_base_12``, ``multi_turn_base_state_12`` -> ``12``)."""
+        return task.task_id.split("~")[0].rsplit("_", 1)[-1]
+
+    def start_state(self, task: Task) -> Task:
+        """The base contract's start state with every function available from the first step:
+        miss_func entries hold functions back until a later turn (``missed_function``)."""
+        start = super().start_state(task)
+        if "missed_function" in start.initial_state:
+            start.initial_state["missed_function"] = {}
+        return start
+
+    def state_data(self, initial_state: dict[str, Any]) -> Any:
+        """The backends' configuration (``initial_config``), not bookkeeping such as doc file names."""
+        return initial_state.get("initial_config", initial_state)
+
+    def observation_error(self, obs: Observation) -> str | None:
+        """``obs.error``, or the error a backend *returned* instead of raising
+        (``{"error": "cd: folder: No such file or directory"}``)."""
+        if obs.error:
+            return obs.error
+        text = obs.content.strip() if isinstance(obs.content, str) else ""
+        if text.startswith("{") and '"error"' in text:
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError:
+                return None
+            if isinstance(doc, dict) and doc.get("error"):
+                return str(doc["error"])
+        return None
+
+    def safety_profile(self) -> SafetyProfile:
+        return SafetyProfile(roles=ROLES, known=_config)
 
     def function_docs(self, task: Task) -> list[dict[str, Any]]:
         """BFCL's full function docs (types, enums, required) of the task's classes, minus excluded ones."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from coevolve.config import RunConfig
 from coevolve.envs.base import ToolCall
-from coevolve.explore import Session
+from coevolve.explorers.base import Session
 from coevolve.registry import register
 
 # coevolve.policy is imported where it is used: it loads torch, which the rule and random

@@ -24,7 +24,7 @@ from typing import Any
 
 from coevolve.config import RunConfig
 from coevolve.envs.base import ToolCall
-from coevolve.explore import Session
+from coevolve.explorers.base import Session
 from coevolve.registry import register
 
 _ENUM = re.compile(r"\[Enum\]:\s*(\[[^\]]*\])")
@@ -204,8 +204,8 @@ class RuleExplorer:
     def _start(self, s: Session) -> None:
         ctx, mem = s.context, s.memory
         bank = ValueBank()
-        # the backends' configuration (BFCL: initial_config), not bookkeeping such as doc file names
-        bank.harvest(ctx.task.initial_state.get("initial_config", ctx.task.initial_state))
+        # the environment's data in the start state (Environment.state_data), not its bookkeeping
+        bank.harvest(s.state_data())
         refs: dict[tuple[str, str], list[Any]] = defaultdict(list)
         calls = []  # the failed attempt's own successful calls (never the task's reference)
         for step in ctx.evidence:
@@ -278,7 +278,7 @@ class RuleExplorer:
                 args[p.name] = self._value(s, name, p)
         return args
 
-    def _value(self, s: Session, fname: str, p: Param, exclude: list[Any] = ()) -> Any:
+    def _value(self, s: Session, fname: str, p: Param, exclude: tuple[Any, ...] = ()) -> Any:
         mem, rng = s.memory, s.rng
         bank: ValueBank = mem["bank"]
         bad = list(exclude) + mem["bad"].get((fname, p.name), [])

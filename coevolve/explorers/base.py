@@ -1,0 +1,90 @@
+"""What every explorer shares: the context it explores, its session, the step record.
+
+``coevolve.explore`` (the stage) builds ``ExploreContext``s and drives ``Session``s; an
+explorer (registry kind ``"explorer"``) proposes the next call of many sessions at once.
+Explorers import this module, never the stage, so there is no import cycle.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from coevolve.envs.base import Environment, Episode, Observation, ToolCall
+from coevolve.tasks import Task
+
+
+@dataclass
+class ExploreContext:
+    """Where one signal sends the explorer."""
+
+    signal_id: str
+    signal_type: str  # forgetting | boundary | rare | random | fallback | static
+    task: Task  # the start state (its initial_state) and the tools available; turns/reference are never read
+    focus: list[str]  # function names to focus on; for rare patterns, the pattern in order
+    evidence: list[dict[str, Any]] = field(default_factory=list)  # failed attempt: action_name/args/observation/error
+    sequence: bool = False  # True: the focus tools form a pattern to perform consecutively
+    avoid: frozenset[str] = frozenset()  # functions the explorer must not call (safety policy)
+    coverage: bool = False  # True: reach every focus tool once (coverage), rather than dwell on the focus
+
+
+@dataclass
+class Step:
+    """One executed (or attempted) exploration step."""
+
+    name: str | None  # None when the explorer produced no call
+    arguments: dict[str, Any]
+    observation: str
+    error: str | None
+
+
+def observed_error(obs: Observation, env: Environment | None = None) -> str | None:
+    """The error an observation reports: ``env.observation_error`` where the environment is
+    known (its own convention), else ``obs.error``."""
+    if env is not None and hasattr(env, "observation_error"):
+        return env.observation_error(obs)
+    return obs.error
+
+
+@dataclass
+class Session:
+    """One exploration run: a fresh episode of the context's task and its history so far."""
+
+    context: ExploreContext
+    run_idx: int
+    episode: Episode
+    docs: dict[str, dict[str, Any]]  # function name -> function doc (parameters, description)
+    rng: random.Random
+    budget: int  # steps of this run in all
+    history: list[Step] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)  # explorer-private state (a chat, a cursor)
+    env: Environment | None = None  # the environment (its observation_error and state_data conventions)
+
+    def execute(self, call: ToolCall | None, failure: str = "") -> Step:
+        """Run ``call`` in the episode (or record that no call was produced) and remember it."""
+        if call is None:
+            step = Step(None, {}, failure[:500], failure or "no call")
+        else:
+            try:
+                obs = self.episode.step(call)
+            except Exception as exc:  # an adapter bug must not end the round: it is a failed step
+                obs = Observation(f"error: {exc}", error=f"{type(exc).__name__}: {exc}")
+            step = Step(call.name, dict(call.arguments), obs.content, observed_error(obs, self.env))
+        self.history.append(step)
+        return step
+
+    def state_data(self) -> Any:
+        """The start state's data as the environment exposes it (``Environment.state_data``)."""
+        state = self.context.task.initial_state
+        return self.env.state_data(state) if self.env is not None else state
+
+
+class Explorer(Protocol):
+    """An explorer proposes the next call of many sessions at once (so LLM explorers batch)."""
+
+    signal_guided: bool  # False: contexts are drawn at random instead of from the signals
+
+    def propose(self, sessions: list[Session]) -> list[ToolCall | str]:
+        """One proposal per session: a call to execute, or a string saying why there is none."""
+        ...
