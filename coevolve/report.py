@@ -75,10 +75,12 @@ def _frames(store: Store, runs: list[str], labels: dict[str, tuple[str, int]] | 
             df = df.with_columns(pl.lit(rid).alias("run_id"))
         mapping = labels or {}
         df = df.with_columns(
-            pl.col("run_id").replace_strict({k: v[0] for k, v in mapping.items()}, default=pl.col("run_id"),
-                                            return_dtype=pl.String).alias("condition"),
-            pl.col("run_id").replace_strict({k: v[1] for k, v in mapping.items()}, default=0,
-                                            return_dtype=pl.Int64).alias("seed"),
+            pl.col("run_id")
+            .replace_strict({k: v[0] for k, v in mapping.items()}, default=pl.col("run_id"), return_dtype=pl.String)
+            .alias("condition"),
+            pl.col("run_id")
+            .replace_strict({k: v[1] for k, v in mapping.items()}, default=0, return_dtype=pl.Int64)
+            .alias("seed"),
         )
         out[name] = df
     return out
@@ -116,8 +118,12 @@ def _mean_band(df: pl.DataFrame, value: str, by: list[str]) -> pl.DataFrame:
     return (
         df.filter(pl.col(value).is_not_null())
         .group_by([*by, "round"])
-        .agg(pl.col(value).mean().alias("mean"), pl.col(value).min().alias("lo"), pl.col(value).max().alias("hi"),
-             pl.col("seed").n_unique().alias("seeds"))
+        .agg(
+            pl.col(value).mean().alias("mean"),
+            pl.col(value).min().alias("lo"),
+            pl.col(value).max().alias("hi"),
+            pl.col("seed").n_unique().alias("seeds"),
+        )
         .sort([*by, "round"])
     )
 
@@ -151,8 +157,11 @@ def plot_score(data: ReportData):
     stats = _mean_band(df, "eval_score", ["condition"])
     if not stats.height:
         return None, "score: no evaluated round yet"
-    fig, (ax,) = _new_figure("Held-out score per round" + (" (mean over seeds, band = min..max)" if data.ablation else ""),
-                             "round", "held-out score (success rate)")
+    fig, (ax,) = _new_figure(
+        "Held-out score per round" + (" (mean over seeds, band = min..max)" if data.ablation else ""),
+        "round",
+        "held-out score (success rate)",
+    )
     rounds = sorted(df["round"].unique().to_list())
     for cond in _conditions(stats):
         s = stats.filter(pl.col("condition") == cond)
@@ -180,14 +189,20 @@ def plot_signals(data: ReportData):
         df = data.rounds.unpivot(index=[*LABELS, "round"], on=cols, variable_name="signal_type", value_name="n")
         df = df.with_columns(pl.col("signal_type").str.strip_prefix("signals_"))
     stats = _mean_band(df, "n", ["condition", "signal_type"])
-    fig, (ax,) = _new_figure("Signals mined per round, by type" + (" (mean over seeds)" if data.ablation else ""),
-                             "round", "signals")
+    fig, (ax,) = _new_figure(
+        "Signals mined per round, by type" + (" (mean over seeds)" if data.ablation else ""), "round", "signals"
+    )
     styles = ["-", "--", ":", "-."]
     for i, cond in enumerate(_conditions(stats)):
         for stype in sorted(stats.filter(pl.col("condition") == cond)["signal_type"].unique().to_list()):
             s = stats.filter((pl.col("condition") == cond) & (pl.col("signal_type") == stype))
-            ax.plot(s["round"].to_list(), s["mean"].to_list(), marker="o", linestyle=styles[i % len(styles)],
-                    label=f"{cond}: {stype}" if len(_conditions(stats)) > 1 else stype)
+            ax.plot(
+                s["round"].to_list(),
+                s["mean"].to_list(),
+                marker="o",
+                linestyle=styles[i % len(styles)],
+                label=f"{cond}: {stype}" if len(_conditions(stats)) > 1 else stype,
+            )
     ax.set_xticks(sorted(stats["round"].unique().to_list()))
     ax.legend(title="signal type")
     return fig, None
@@ -259,9 +274,14 @@ def plot_turns(data: ReportData):
     if not df.height:
         return None, "turns: no synthesized task in the pool"
     totals = df.group_by("condition", "round", "seed").agg(pl.col("n").sum().alias("total"))
-    share = df.join(totals, on=["condition", "round", "seed"]).with_columns((pl.col("n") / pl.col("total")).alias("share"))
-    fig, (ax,) = _new_figure("Turn-count distribution of synthesized tasks per round",
-                             "round" if df["condition"].n_unique() == 1 else "condition, round", "share of tasks")
+    share = df.join(totals, on=["condition", "round", "seed"]).with_columns(
+        (pl.col("n") / pl.col("total")).alias("share")
+    )
+    fig, (ax,) = _new_figure(
+        "Turn-count distribution of synthesized tasks per round",
+        "round" if df["condition"].n_unique() == 1 else "condition, round",
+        "share of tasks",
+    )
     labels, _, heights = _bar_groups(share, "n_turns", "share")
     _stacked(ax, labels, {f"{k} turn{'s' if k != '1' else ''}": v for k, v in heights.items()}, "turns")
     ax.set_ylim(0, 1.05)
@@ -282,8 +302,11 @@ def plot_stage_times(data: ReportData):
         pl.col("stage").str.strip_prefix("t_"),
     )
     overhead = feedback_overhead(df)
-    fig, (ax,) = _new_figure(f"Share of round time per stage (feedback overhead {overhead:.0%})",
-                             "round" if df["condition"].n_unique() == 1 else "condition, round", "share of round time")
+    fig, (ax,) = _new_figure(
+        f"Share of round time per stage (feedback overhead {overhead:.0%})",
+        "round" if df["condition"].n_unique() == 1 else "condition, round",
+        "share of round time",
+    )
     labels, _, heights = _bar_groups(long, "stage", "share")
     order = [c.removeprefix("t_") for c in cols]
     _stacked(ax, labels, {k: heights[k] for k in order if k in heights}, "stage")
@@ -354,8 +377,11 @@ def _markdown(store: Store, data: ReportData, report: Report, image_prefix: str 
         from coevolve.ablate import summary
 
         lines += ["## Ablation: held-out score per condition and round (over seeds)", "", _md_table(summary(store)), ""]
-    lines += [f"Runs: {', '.join(runs) or '-'}. Feedback overhead (signals + explore + abstract + validate "
-              f"over all stage time): {feedback_overhead(data.rounds):.1%}.", ""]
+    lines += [
+        f"Runs: {', '.join(runs) or '-'}. Feedback overhead (signals + explore + abstract + validate "
+        f"over all stage time): {feedback_overhead(data.rounds):.1%}.",
+        "",
+    ]
     captions = {
         "score": "Held-out score per round",
         "signals": "Signals mined per round, by type",
@@ -367,8 +393,23 @@ def _markdown(store: Store, data: ReportData, report: Report, image_prefix: str 
     for name, fig in report.figures.items():
         lines += [f"## {captions[name]}", "", f"![{captions[name]}]({image_prefix}{name}.png)", ""]
     if data.rounds.height:
-        keep = [c for c in ("run_id", "round", "pool_size", "signals_forgetting", "signals_boundary", "signals_rare",
-                            "n_candidates", "n_accepted", "pass_rate", "eval_score", "t_total") if c in data.rounds.columns]
+        keep = [
+            c
+            for c in (
+                "run_id",
+                "round",
+                "pool_size",
+                "signals_forgetting",
+                "signals_boundary",
+                "signals_rare",
+                "n_candidates",
+                "n_accepted",
+                "pass_rate",
+                "eval_score",
+                "t_total",
+            )
+            if c in data.rounds.columns
+        ]
         lines += ["## Rounds", "", _md_table(data.rounds.select(keep).sort("run_id", "round")), ""]
     if report.notes:
         lines += ["## Not plotted", ""] + [f"- {n}" for n in report.notes] + [""]
@@ -404,7 +445,10 @@ def round_markdown(store: Store, run_id: str, round: int, out: str | Path | None
     report = write_report(store, runs=[run_id], out=out)
     data = collect(store, [run_id])
     row = data.rounds.filter(pl.col("round") == round).drop("condition", "seed")
-    table = _md_table(row.transpose(include_header=True, header_name="metric", column_names=["value"])) \
-        if row.height else "_(no rounds row yet)_"
+    table = (
+        _md_table(row.transpose(include_header=True, header_name="metric", column_names=["value"]))
+        if row.height
+        else "_(no rounds row yet)_"
+    )
     pictures = "\n".join(f"![{p.stem}]({p})" for p in report.files if p.suffix == ".png")
     return f"# {run_id}: round {round}\n\n{table}\n\nReport: {out / 'report.md'}\n\n{pictures}\n"

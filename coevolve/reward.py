@@ -128,5 +128,6 @@ def with_parse_errors(score: Any, n_parse_errors: int) -> Any:
         return score
     attempts, malformed = score.n_calls + n_parse_errors, score.n_malformed + n_parse_errors
     fmt = format_share(attempts, malformed)
-    return dataclasses.replace(score, n_calls=attempts, n_malformed=malformed, format=fmt,
-                               reward=training_reward(score.progress, fmt))
+    return dataclasses.replace(
+        score, n_calls=attempts, n_malformed=malformed, format=fmt, reward=training_reward(score.progress, fmt)
+    )

@@ -94,8 +94,17 @@ def _digest(*parts: Any) -> str:
 class _Engine:
     """Opens, advances and scores episodes; `run_episodes` schedules them."""
 
-    def __init__(self, policy: Policy, env: Environment, *, sampling: SamplingParams, step_limit: int,
-                 base_row: dict[str, Any], step_timeout_s: float | None, system_prompt: str):
+    def __init__(
+        self,
+        policy: Policy,
+        env: Environment,
+        *,
+        sampling: SamplingParams,
+        step_limit: int,
+        base_row: dict[str, Any],
+        step_timeout_s: float | None,
+        system_prompt: str,
+    ):
         self.policy, self.env = policy, env
         self.sampling, self.step_limit = sampling, step_limit
         self.base_row, self.step_timeout_s = base_row, step_timeout_s
@@ -143,12 +152,26 @@ class _Engine:
     # ---------------------------------------------------------------- one model step
     def _row(self, run: _Run, **values: Any) -> dict[str, Any]:
         row = {
-            **self.base_row, "task_id": run.task.task_id, "episode_id": run.episode_id,
-            "sample_idx": run.sample_idx, "turn": run.turn, "step": run.step,
-            "action_name": None, "action_args": None, "observation": None, "parse_error": None,
-            "error": None, "step_reward": 0.0, "episode_reward": None, "success": None,
-            "n_tokens": 0, "finish_reason": None, "prompt_ids": None, "completion_ids": None,
-            "completion_logprobs": None, **values,
+            **self.base_row,
+            "task_id": run.task.task_id,
+            "episode_id": run.episode_id,
+            "sample_idx": run.sample_idx,
+            "turn": run.turn,
+            "step": run.step,
+            "action_name": None,
+            "action_args": None,
+            "observation": None,
+            "parse_error": None,
+            "error": None,
+            "step_reward": 0.0,
+            "episode_reward": None,
+            "success": None,
+            "n_tokens": 0,
+            "finish_reason": None,
+            "prompt_ids": None,
+            "completion_ids": None,
+            "completion_logprobs": None,
+            **values,
         }
         run.rows.append(row)
         return row
@@ -167,8 +190,12 @@ class _Engine:
         run.n_tokens += gen.completion_tokens
         run.generation += 1
         run.messages.append({"role": "assistant", "content": gen.text})
-        first = {"n_tokens": gen.completion_tokens, "prompt_ids": gen.prompt_ids,
-                 "completion_ids": gen.completion_ids, "completion_logprobs": gen.completion_logprobs}
+        first = {
+            "n_tokens": gen.completion_tokens,
+            "prompt_ids": gen.prompt_ids,
+            "completion_ids": gen.completion_ids,
+            "completion_logprobs": gen.completion_logprobs,
+        }
         if gen.finish_reason == "length":
             first["finish_reason"] = "length"
         if gen.finish_reason == "context_limit":
@@ -201,8 +228,14 @@ class _Engine:
                 self.fail(run, "error", f"{call.name} raised {type(exc).__name__}: {exc}")
                 return
             run.messages.append({"role": "tool", "name": call.name, "content": obs.content})
-            self._row(run, action_name=call.name, action_args=json.dumps(call.arguments, default=str),
-                      observation=obs.content, error=obs.error, **first)
+            self._row(
+                run,
+                action_name=call.name,
+                action_args=json.dumps(call.arguments, default=str),
+                observation=obs.content,
+                error=obs.error,
+                **first,
+            )
             first = {}  # the message's tokens are counted once, on its first row
             run.step += 1
         if run.generation >= self.step_limit:
@@ -218,7 +251,9 @@ class _Engine:
             try:
                 run.score = run.ep.score()
             except Exception as exc:
-                run.score = EpisodeScore(success=False, reward=0.0, reason=f"scoring raised {type(exc).__name__}: {exc}")
+                run.score = EpisodeScore(
+                    success=False, reward=0.0, reason=f"scoring raised {type(exc).__name__}: {exc}"
+                )
         # messages that could not be parsed never reached the environment: count them as malformed calls
         score = run.score = with_parse_errors(run.score, sum(1 for row in run.rows if row["parse_error"]))
         n_turns = max(1, getattr(run.ep, "n_turns", 1) or 1)
@@ -233,9 +268,15 @@ class _Engine:
         elif run.rows:
             run.rows[-1]["step_reward"] = float(score.reward)
         return EpisodeResult(
-            task_id=run.task.task_id, sample_idx=run.sample_idx, episode_id=run.episode_id,
-            messages=run.messages, score=score, steps=run.rows, n_generated_tokens=run.n_tokens,
-            tools=run.tools, finish_reason=run.finish,
+            task_id=run.task.task_id,
+            sample_idx=run.sample_idx,
+            episode_id=run.episode_id,
+            messages=run.messages,
+            score=score,
+            steps=run.rows,
+            n_generated_tokens=run.n_tokens,
+            tools=run.tools,
+            finish_reason=run.finish,
         )
 
 
@@ -267,14 +308,27 @@ def run_episodes(
         raise ValueError("step_limit, batch_size and n_samples must all be >= 1")
     where = (seed, phase, round, train_step, epoch)
     call_seed = sampling.seed if sampling.seed is not None else int(_digest(*where)[:15], 16)
-    base_row = {"run_id": run_id, "round": round, "phase": phase, "train_step": train_step, "epoch": epoch,
-                "policy_version": getattr(policy, "version", None)}
-    engine = _Engine(policy, env, sampling=dataclasses.replace(sampling, seed=call_seed), step_limit=step_limit,
-                     base_row=base_row, step_timeout_s=step_timeout_s, system_prompt=system_prompt)
+    base_row = {
+        "run_id": run_id,
+        "round": round,
+        "phase": phase,
+        "train_step": train_step,
+        "epoch": epoch,
+        "policy_version": getattr(policy, "version", None),
+    }
+    engine = _Engine(
+        policy,
+        env,
+        sampling=dataclasses.replace(sampling, seed=call_seed),
+        step_limit=step_limit,
+        base_row=base_row,
+        step_timeout_s=step_timeout_s,
+        system_prompt=system_prompt,
+    )
     pending = deque(
-        _Run(task=task, sample_idx=s,
-             episode_id=f"{task.task_id}/s{s}/{_digest(run_id, *where, index)[:10]}")
-        for index, task in enumerate(tasks) for s in range(n_samples)
+        _Run(task=task, sample_idx=s, episode_id=f"{task.task_id}/s{s}/{_digest(run_id, *where, index)[:10]}")
+        for index, task in enumerate(tasks)
+        for s in range(n_samples)
     )
     total, results = len(pending), {}
     order = [(r.task.task_id, r.sample_idx, r.episode_id) for r in pending]

@@ -211,13 +211,15 @@ def _commit(ctx: RoundContext) -> dict:
         return {"pool_version": done.version, "pool_size": _train_size(ctx.store), "added": len(done.added)}
     cands = ctx.store.read(
         "candidates",
-        filter=(ds.field("run_id") == ctx.run_id) & (ds.field("round") == ctx.round) & (ds.field("verdict") == "accepted"),
+        filter=(ds.field("run_id") == ctx.run_id)
+        & (ds.field("round") == ctx.round)
+        & (ds.field("verdict") == "accepted"),
     )
     if ctx.round == 0 and cands.num_rows == 0:
         raise RuntimeError(
             "round 0 accepted no synthesized task, so there is no seed pool: explore more "
             "(synth.scenarios, synth.runs_per_context, synth.steps_per_run) or look at the reasons: "
-            "coevolve sql \"select reason, count(*) from candidates where round = 0 group by all\""
+            'coevolve sql "select reason, count(*) from candidates where round = 0 group by all"'
         )
     rows = []
     for spec in cands.column("spec").to_pylist():
@@ -249,8 +251,13 @@ def _evaluate(ctx: RoundContext) -> dict:
     # held-out entries come from the environment (eval_tasks), never from the pool
     policy = load_policy(ctx.cfg.policy, ctx.policy_out())
     result = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy)
-    return {"eval_score": result.score, "eval_overall": result.overall, "eval_reward": result.reward,
-            "n_eval": result.n_episodes, "per_category": result.per_category}
+    return {
+        "eval_score": result.score,
+        "eval_overall": result.overall,
+        "eval_reward": result.reward,
+        "n_eval": result.n_episodes,
+        "per_category": result.per_category,
+    }
 
 
 _STAGE_FUNCS: dict[str, Callable[[RoundContext], dict]] = {

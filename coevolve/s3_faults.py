@@ -66,8 +66,10 @@ class FaultProxy:
                 return None
             data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
-        headers = {k.strip().lower(): v.strip() for k, _, v in
-                   (line.decode("latin-1").partition(":") for line in head.split(b"\r\n")[1:])}
+        headers = {
+            k.strip().lower(): v.strip()
+            for k, _, v in (line.decode("latin-1").partition(":") for line in head.split(b"\r\n")[1:])
+        }
         if "content-length" in headers:
             need = int(headers["content-length"])
             while len(body) < need:
@@ -100,8 +102,12 @@ class FaultProxy:
                 return self._reset(conn)
             if fault == "503":
                 body = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
-                conn.sendall(b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: "
-                             + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+                conn.sendall(
+                    b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: "
+                    + str(len(body)).encode()
+                    + b"\r\nConnection: close\r\n\r\n"
+                    + body
+                )
                 conn.close()
                 return
             if fault == "slow":

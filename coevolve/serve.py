@@ -71,7 +71,9 @@ class Batcher:
                 while True:
                     if item is None:  # closing: nothing in flight is left waiting forever
                         stop = RuntimeError("the server is shutting down")
-                        for future in [row.key for d in decoders.values() for row in d.rows] + [r.future for r in waiting]:
+                        for future in [row.key for d in decoders.values() for row in d.rows] + [
+                            r.future for r in waiting
+                        ]:
                             future.set_exception(stop)
                         return
                     waiting.append(item)
@@ -113,7 +115,9 @@ class Batcher:
 
 
 def _error(status: int, message: str, code: str = "invalid_request_error") -> Any:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": code}})
+    return JSONResponse(
+        status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": code}}
+    )
 
 
 def create_app(policy: LocalPolicy, *, model_name: str | None = None, max_batch: int = 8) -> Any:
@@ -145,9 +149,15 @@ def create_app(policy: LocalPolicy, *, model_name: str | None = None, max_batch:
         except ValueError:
             return _error(400, "the body is not JSON")
         messages = body.get("messages") if isinstance(body, dict) else None
-        if not isinstance(messages, list) or not messages or not all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content", ""), (str, type(None)))
-            for m in messages
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(
+                isinstance(m, dict)
+                and isinstance(m.get("role"), str)
+                and isinstance(m.get("content", ""), (str, type(None)))
+                for m in messages
+            )
         ):
             return _error(400, "'messages' must be a non-empty list of {role, content} objects")
         if int(body.get("n", 1)) != 1:
@@ -155,15 +165,20 @@ def create_app(policy: LocalPolicy, *, model_name: str | None = None, max_batch:
         tools = body.get("tools") or None
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 256)
         sampling = SamplingParams(
-            temperature=float(body.get("temperature", 1.0)), top_p=float(body.get("top_p", 1.0)),
+            temperature=float(body.get("temperature", 1.0)),
+            top_p=float(body.get("top_p", 1.0)),
             max_new_tokens=max_tokens,
         )
         msgs = [{**m, "content": m.get("content") or ""} for m in messages]
         text = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
         ids = policy.encode_chat(text, [m["content"] for m in msgs if m["role"] == "assistant"])
         if len(ids) + max_tokens > policy.max_context_tokens:
-            return _error(400, f"This model's maximum context length is {policy.max_context_tokens} tokens; the "
-                               f"prompt has {len(ids)} tokens and max_tokens is {max_tokens}.", "context_length_exceeded")
+            return _error(
+                400,
+                f"This model's maximum context length is {policy.max_context_tokens} tokens; the "
+                f"prompt has {len(ids)} tokens and max_tokens is {max_tokens}.",
+                "context_length_exceeded",
+            )
         seed = body.get("seed")
         seed = int(seed) if seed is not None else random.getrandbits(31)
         out_ids, finish = await asyncio.wrap_future(batcher.submit(ids, sampling, seed))
@@ -172,10 +187,18 @@ def create_app(policy: LocalPolicy, *, model_name: str | None = None, max_batch:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": served,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": policy.answer_text(out_ids)},
-                         "finish_reason": finish}],
-            "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out_ids),
-                      "total_tokens": len(ids) + len(out_ids)},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": policy.answer_text(out_ids)},
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(out_ids),
+                "total_tokens": len(ids) + len(out_ids),
+            },
         }
 
     return app

@@ -207,7 +207,9 @@ def _apply_plants(table: pa.Table, eps: dict[str, np.ndarray], sel: np.ndarray) 
     return table.set_column(table.schema.get_field_index("parse_error"), "parse_error", errors)
 
 
-def generate_log(store_dir: str | Path, rows: int, *, rounds: int = 4, seed: int = 0, chunk_rows: int = 2_000_000) -> Planted:
+def generate_log(
+    store_dir: str | Path, rows: int, *, rounds: int = 4, seed: int = 0, chunk_rows: int = 2_000_000
+) -> Planted:
     """Write about ``rows`` step rows of run ``bench`` (rounds 1..``rounds``) into the store at
     ``store_dir``; return what was planted. Memory stays within a few chunks of rows."""
     rng = np.random.default_rng(seed)
@@ -249,19 +251,25 @@ def _read(store_dir: str | Path, run_id: str, columns: list[str], phases: list[s
     filt = (ds.field("run_id") == run_id) & ds.field("phase").isin(phases) & where
     table = dataset.to_table(columns=columns, filter=filt)
     if "success" in columns:  # nullable bool -> 1.0 / 0.0 / NaN, so that max and mean skip nulls
-        table = table.set_column(table.schema.get_field_index("success"), "success", pc.cast(table["success"], pa.float64()))
+        table = table.set_column(
+            table.schema.get_field_index("success"), "success", pc.cast(table["success"], pa.float64())
+        )
     return table.to_pandas()
 
 
 def _forgetting(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.DataFrame:
     cols = ["round", "phase", "episode_id", "task_id", "epoch", "train_step", "success", "episode_reward"]
     df = _read(store_dir, run_id, cols, cfg.phases, (ds.field("round") <= round) & ds.field("task_id").is_valid())
-    ep = df.groupby(cols[:-2], dropna=False, sort=False).agg(success=("success", "max"), reward=("episode_reward", "max"))
+    ep = df.groupby(cols[:-2], dropna=False, sort=False).agg(
+        success=("success", "max"), reward=("episode_reward", "max")
+    )
     ep = ep.reset_index()
     point = ["task_id", "round", "epoch", "train_step"]
-    pts = ep.groupby(point, dropna=False, sort=False).agg(
-        n=("success", "size"), rate=("success", "mean"), reward=("reward", "mean")
-    ).reset_index()
+    pts = (
+        ep.groupby(point, dropna=False, sort=False)
+        .agg(n=("success", "size"), rate=("success", "mean"), reward=("reward", "mean"))
+        .reset_index()
+    )
     failing = ep[ep["success"].ne(1)].groupby(point, dropna=False)["episode_id"].min().rename("failing_episode_id")
     pts = pts.merge(failing.reset_index(), on=point, how="left")
     pts = pts.sort_values(point, na_position="last", kind="stable")
@@ -274,7 +282,9 @@ def _forgetting(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.Da
     pairs["reward_drop"] = reward_diff.where(reward_diff >= cfg.forget_reward_drop - 1e-9)
     pairs["drop"] = pairs[["success_drop", "reward_drop"]].max(axis=1).round(12)
     pairs = pairs[pairs["drop"].notna()]
-    out = pairs.sort_values(["task_id", "drop", "recency_before"], ascending=[True, False, True]).drop_duplicates("task_id")
+    out = pairs.sort_values(["task_id", "drop", "recency_before"], ascending=[True, False, True]).drop_duplicates(
+        "task_id"
+    )
     return pd.DataFrame(
         {
             "task_id": out["task_id"],
@@ -300,7 +310,9 @@ def _forgetting(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.Da
 def _boundary(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.DataFrame:
     cols = ["phase", "episode_id", "task_id", "success", "episode_reward"]
     df = _read(store_dir, run_id, cols, cfg.phases, (ds.field("round") == round) & ds.field("task_id").is_valid())
-    ep = df.groupby(cols[:3], sort=False).agg(success=("success", "max"), reward=("episode_reward", "max")).reset_index()
+    ep = (
+        df.groupby(cols[:3], sort=False).agg(success=("success", "max"), reward=("episode_reward", "max")).reset_index()
+    )
     g = ep.groupby("task_id", sort=False)
     tasks = g.agg(
         n=("success", "size"),
@@ -370,12 +382,31 @@ def _rare(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.DataFram
     hits = pd.DataFrame({"pattern": hits["pattern"], "task_id": ep_task[hits["ep"]], "episode_id": ep_id[hits["ep"]]})
     evidence = {}
     for col in ("task_id", "episode_id"):
-        firsts = hits[["pattern", col]].drop_duplicates().sort_values(["pattern", col]).groupby("pattern").head(cfg.evidence_limit)
+        firsts = (
+            hits[["pattern", col]]
+            .drop_duplicates()
+            .sort_values(["pattern", col])
+            .groupby("pattern")
+            .head(cfg.evidence_limit)
+        )
         evidence[f"{col}s"] = firsts.groupby("pattern")[col].agg(list)
     rare = rare.merge(pd.DataFrame(evidence), left_on="pattern", right_index=True)
     rare["total"] = total
     rare["score"] = (total / rare["n_occurrences"]).round(12)
-    return rare[["pattern", "score", "n_occurrences", "n_episodes", "share", "total", "cutoff", "actions", "task_ids", "episode_ids"]]
+    return rare[
+        [
+            "pattern",
+            "score",
+            "n_occurrences",
+            "n_episodes",
+            "share",
+            "total",
+            "cutoff",
+            "actions",
+            "task_ids",
+            "episode_ids",
+        ]
+    ]
 
 
 def pandas_signals(store_dir: str | Path, cfg: SignalsConfig, run_id: str, round: int) -> dict[str, pd.DataFrame]:
@@ -429,7 +460,9 @@ def compare(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> list[str]:
         right = {r[KEY[signal_type]]: r for r in b[signal_type]}
         only_l, only_r = sorted(set(left) - set(right)), sorted(set(right) - set(left))
         if only_l or only_r:
-            problems.append(f"{signal_type}: only SQL {only_l[:5]} ({len(only_l)}), only pandas {only_r[:5]} ({len(only_r)})")
+            problems.append(
+                f"{signal_type}: only SQL {only_l[:5]} ({len(only_l)}), only pandas {only_r[:5]} ({len(only_r)})"
+            )
         for key in sorted(set(left) & set(right)):
             diff = {c for c in left[key] if not _same(left[key][c], right[key].get(c))}
             if diff:
@@ -459,7 +492,16 @@ def _measure(side: str, store_dir: str, cfg: SignalsConfig, round: int, out: str
 
 
 def _child(side: str, store_dir: str, cfg: SignalsConfig, round: int, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "coevolve.signals_bench", side, store_dir, json.dumps(cfg.__dict__), str(round), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "coevolve.signals_bench",
+        side,
+        store_dir,
+        json.dumps(cfg.__dict__),
+        str(round),
+        str(out),
+    ]
     subprocess.run(cmd, check=True)
     return json.loads(out.read_text())
 
@@ -510,7 +552,9 @@ def bench(
     )
     result = {"rows": written, "sql": sql, "pandas": None, "identical": None}
     if written > pandas_max_rows:
-        echo(f"pandas reference skipped: {written:,} rows > --pandas-max-rows {pandas_max_rows:,} (it would not fit in memory)")
+        echo(
+            f"pandas reference skipped: {written:,} rows > --pandas-max-rows {pandas_max_rows:,} (it would not fit in memory)"
+        )
         return result
     ref = _child("pandas", store_dir, cfg, rounds, scratch / "pandas.json")
     problems = compare(sql["signals"], ref["signals"])

@@ -82,7 +82,7 @@ def run_sql_file(con: duckdb.DuckDBPyConnection, relpath: str, **params: Any) ->
 def query(store: Store | duckdb.DuckDBPyConnection, sql: str, **params: Any) -> "pl.DataFrame":
     """Run ``sql`` over the store's views (named parameters as ``$name``); a polars DataFrame.
 
-        query(store, "select round, avg(eval_score) s from rounds group by round order by round")
+    query(store, "select round, avg(eval_score) s from rounds group by round order by round")
     """
     con = connect(store) if isinstance(store, Store) else store
     return con.sql(sql, params=params or None).pl()
@@ -105,14 +105,21 @@ def scan(store: Store, table: str) -> "pl.LazyFrame":
     if store.is_s3:
         import os
 
-        options = {k: v for k, v in {
-            "aws_endpoint_url": store.s3_settings.get("endpoint_url"),
-            "aws_region": store.s3_settings.get("region"),
-            "aws_access_key_id": os.environ.get("AWS_ACCESS_KEY_ID"),
-            "aws_secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY"),
-            "aws_session_token": os.environ.get("AWS_SESSION_TOKEN"),
-        }.items() if v}
+        options = {
+            k: v
+            for k, v in {
+                "aws_endpoint_url": store.s3_settings.get("endpoint_url"),
+                "aws_region": store.s3_settings.get("region"),
+                "aws_access_key_id": os.environ.get("AWS_ACCESS_KEY_ID"),
+                "aws_secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY"),
+                "aws_session_token": os.environ.get("AWS_SESSION_TOKEN"),
+            }.items()
+            if v
+        }
     return pl.scan_parquet(
-        f"{store.table_uri(table)}/**/*.parquet", hive_partitioning=True,
-        hive_schema={"round": pl.Int32}, storage_options=options, missing_columns="insert",
+        f"{store.table_uri(table)}/**/*.parquet",
+        hive_partitioning=True,
+        hive_schema={"round": pl.Int32},
+        storage_options=options,
+        missing_columns="insert",
     )

@@ -114,7 +114,9 @@ class S3Client:
     @classmethod
     def of(cls, cfg: Any) -> "S3Client":
         """From any object with these attribute names (``config.S3Config``)."""
-        return cls(**{f: getattr(cfg, f) for f in ("retry_mode", "max_attempts", "connect_timeout_s", "read_timeout_s")})
+        return cls(
+            **{f: getattr(cfg, f) for f in ("retry_mode", "max_attempts", "connect_timeout_s", "read_timeout_s")}
+        )
 
     def boto_config(self) -> Any:
         from botocore.config import Config
@@ -503,8 +505,12 @@ class Store:
 
     def _move_pointer(self, pointer: tuple[Any, str] | None, manifest: PoolVersion) -> None:
         # run_id, attempt and time make every pointer body (and so its ETag) unique
-        latest = {"version": manifest.version, "run_id": manifest.run_id, "attempt": manifest.attempt,
-                  "at": datetime.now(timezone.utc).isoformat()}
+        latest = {
+            "version": manifest.version,
+            "run_id": manifest.run_id,
+            "attempt": manifest.attempt,
+            "at": datetime.now(timezone.utc).isoformat(),
+        }
         if pointer:
             self.put_json("pool/LATEST", latest, if_etag=pointer[1])
         else:

@@ -234,12 +234,23 @@ def _episode_solver(policy: Any, cfg: RunConfig, store: Store | None, run_id: st
             return []
         env = resolve("environment", cfg.env.name)()
         sampling = SamplingParams(
-            temperature=cfg.policy.temperature, top_p=cfg.policy.top_p, max_new_tokens=cfg.policy.max_new_tokens,
+            temperature=cfg.policy.temperature,
+            top_p=cfg.policy.top_p,
+            max_new_tokens=cfg.policy.max_new_tokens,
             seed=cfg.seed,
         )
         results = run_episodes(
-            policy, env, tasks, n_samples=cfg.validate_.attempts, sampling=sampling, step_limit=cfg.env.step_limit,
-            phase="validate", run_id=run_id, round=round, batch_size=cfg.policy.batch_size, seed=cfg.seed,
+            policy,
+            env,
+            tasks,
+            n_samples=cfg.validate_.attempts,
+            sampling=sampling,
+            step_limit=cfg.env.step_limit,
+            phase="validate",
+            run_id=run_id,
+            round=round,
+            batch_size=cfg.policy.batch_size,
+            seed=cfg.seed,
             step_timeout_s=cfg.env.step_timeout_s,
         )
         if store is not None:  # the attempts are rollouts like any other (phase "validate")
@@ -293,8 +304,16 @@ def learnable(a: Attempts, drop_solved: bool) -> dict[str, Any]:
     if solved:
         return {**row, "verdict": "accepted", "reason": f"accepted: pass 2 solved in {solved} of {k} attempts"}
     if best > 0.0:
-        return {**row, "verdict": "accepted", "reason": f"accepted: pass 2 failed {k} attempts with progress {best:.2f}"}
-    return {**row, "verdict": "rejected", "reason": f"pass 2 no progress: no success and no reference effect in {k} attempts"}
+        return {
+            **row,
+            "verdict": "accepted",
+            "reason": f"accepted: pass 2 failed {k} attempts with progress {best:.2f}",
+        }
+    return {
+        **row,
+        "verdict": "rejected",
+        "reason": f"pass 2 no progress: no success and no reference effect in {k} attempts",
+    }
 
 
 # ----------------------------------------------------------------------------- the pass

@@ -68,7 +68,10 @@ def ablate_flow(
     """
     cfg = load_config(config, {"store": store, **(overrides or {})})
     plan_args = {
-        "base": cfg.to_dict(), "seeds": seeds or cfg.ablate.seeds, "rounds": rounds or cfg.rounds, "store": cfg.store,
+        "base": cfg.to_dict(),
+        "seeds": seeds or cfg.ablate.seeds,
+        "rounds": rounds or cfg.rounds,
+        "store": cfg.store,
     }
     runs = plan(**_plan_kwargs(plan_args))
     st = ablation_store(runs[0])

@@ -78,9 +78,9 @@ def round_flow(config: dict[str, Any], round: int) -> dict | None:
         get_run_logger().info("round %d: the store already has a pool this run did not synthesize: skipped", round)
         return None
     for stage in stages:
-        stage_task.with_options(
-            name=stage, task_run_name=f"{stage} (round {round})", retries=_RETRIES.get(stage, 1)
-        )(config, round, stage)
+        stage_task.with_options(name=stage, task_run_name=f"{stage} (round {round})", retries=_RETRIES.get(stage, 1))(
+            config, round, stage
+        )
     row = record_task(config, round)
     publish_round_task(config, round, row)
     return row
@@ -122,7 +122,12 @@ def lineage_in_progress(cfg: RunConfig) -> Any:
     """Tag this flow run with its lineage; return another Running flow run of the lineage that
     started before this one (None if there is none, or outside a flow run)."""
     from prefect import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType, FlowRunFilterTags
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        FlowRunFilterTags,
+    )
     from prefect.client.schemas.objects import StateType
     from prefect.runtime import flow_run
 
@@ -133,10 +138,12 @@ def lineage_in_progress(cfg: RunConfig) -> Any:
     with get_client(sync_client=True) as client:
         mine = client.read_flow_run(me)
         client.update_flow_run(me, tags=sorted({*mine.tags, tag}))
-        running = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            tags=FlowRunFilterTags(all_=[tag]),
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])),
-        ))
+        running = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                tags=FlowRunFilterTags(all_=[tag]),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])),
+            )
+        )
 
     def order(r: Any) -> tuple:
         return (r.start_time or r.expected_start_time, str(r.id))
@@ -145,8 +152,9 @@ def lineage_in_progress(cfg: RunConfig) -> Any:
     return earlier[0] if earlier else None
 
 
-def resolve_config(config: str, rounds_per_run: int, store: str, run_name: str,
-                   overrides: dict[str, Any]) -> tuple[RunConfig, list[int]]:
+def resolve_config(
+    config: str, rounds_per_run: int, store: str, run_name: str, overrides: dict[str, Any]
+) -> tuple[RunConfig, list[int]]:
     """The run's config and the rounds it runs. Empty parameters never override the config
     file; any bad value raises ``ConfigError`` naming it, before anything is written."""
     given = {"store": store.strip(), "run_name": run_name.strip()}
@@ -158,8 +166,12 @@ def resolve_config(config: str, rounds_per_run: int, store: str, run_name: str,
     cfg = load_config(config.strip() or None, dotted)
     from coevolve.registry import resolve
 
-    for kind, name in (("environment", cfg.env.name), ("trainer", cfg.train.backend),
-                       ("explorer", cfg.explore.explorer), ("abstractor", cfg.abstract.abstractor)):
+    for kind, name in (
+        ("environment", cfg.env.name),
+        ("trainer", cfg.train.backend),
+        ("explorer", cfg.explore.explorer),
+        ("abstractor", cfg.abstract.abstractor),
+    ):
         try:
             resolve(kind, name)
         except KeyError as exc:
@@ -175,8 +187,12 @@ def resolve_config(config: str, rounds_per_run: int, store: str, run_name: str,
     first = [] if run_store.stage_done(cfg.run_name, 0, "commit") is not None else [0]
     # a run killed between the last round's final marker and its `rounds` row: write the row
     # (every stage of that round is skipped as done)
-    if last and not run_store.read("rounds", filter=(ds.field("run_id") == cfg.run_name) & (ds.field("round") == last),
-                                   columns=["run_id"]).num_rows:
+    if (
+        last
+        and not run_store.read(
+            "rounds", filter=(ds.field("run_id") == cfg.run_name) & (ds.field("round") == last), columns=["run_id"]
+        ).num_rows
+    ):
         first.append(last)
     return cfg, first + list(range(last + 1, last + rounds_per_run + 1))
 
@@ -210,13 +226,23 @@ def evolve(
     cfg, rounds = resolve_config(config, rounds_per_run, store, run_name, overrides)
     busy = lineage_in_progress(cfg)
     if busy is not None:
-        log.warning("lineage %r on %s is in progress in flow run %r (%s, started %s): this run does nothing",
-                    cfg.run_name, cfg.store, busy.name, busy.id, busy.start_time)
+        log.warning(
+            "lineage %r on %s is in progress in flow run %r (%s, started %s): this run does nothing",
+            cfg.run_name,
+            cfg.store,
+            busy.name,
+            busy.id,
+            busy.start_time,
+        )
         return []
     todo = [r for r in rounds if r > 0]
-    log.info("lineage %r on %s: %s%s", cfg.run_name, cfg.store,
-             f"rounds {todo[0]}-{todo[-1]}" if len(todo) > 1 else f"round {todo[0]}" if todo else "no rounds",
-             " (round 0 first: the seed pool)" if 0 in rounds else "")
+    log.info(
+        "lineage %r on %s: %s%s",
+        cfg.run_name,
+        cfg.store,
+        f"rounds {todo[0]}-{todo[-1]}" if len(todo) > 1 else f"round {todo[0]}" if todo else "no rounds",
+        " (round 0 first: the seed pool)" if 0 in rounds else "",
+    )
     config_dict = cfg.to_dict()
     rows = [row for r in rounds if (row := round_flow(config_dict, r)) is not None]
     if rows:

@@ -43,8 +43,14 @@ def _dask_runner(cfg: RunConfig) -> Any:
 
     if cfg.fanout.address:
         return DaskTaskRunner(address=cfg.fanout.address)
-    return DaskTaskRunner(cluster_kwargs={"n_workers": cfg.fanout.workers or os.cpu_count(), "threads_per_worker": 1,
-                                          "processes": True, "dashboard_address": None})
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": cfg.fanout.workers or os.cpu_count(),
+            "threads_per_worker": 1,
+            "processes": True,
+            "dashboard_address": None,
+        }
+    )
 
 
 ENGINES: dict[str, Callable[[RunConfig], Any]] = {"ray": _ray_runner, "dask": _dask_runner}
@@ -89,15 +95,18 @@ def explore_chunk(config: dict[str, Any], run_id: str, contexts: list[Any]) -> l
 
     cfg = RunConfig.from_dict(config)
     env = resolve("environment", cfg.env.name)()
-    sessions = run_sessions(make_explorer(cfg), contexts, env, cfg.explore.runs_per_context,
-                            cfg.explore.steps_per_run, cfg.seed)
+    sessions = run_sessions(
+        make_explorer(cfg), contexts, env, cfg.explore.runs_per_context, cfg.explore.steps_per_run, cfg.seed
+    )
     return session_rows(run_id, sessions)
 
 
 @flow(name="coevolve-explore-fanout", flow_run_name="explore fan-out, round {round}")
 def explore_fanout_flow(config: dict[str, Any], run_id: str, round: int, chunks: list[list[Any]]) -> list[dict]:
-    futures = [explore_chunk.with_options(task_run_name=f"contexts {i + 1} of {len(chunks)}").submit(config, run_id, c)
-               for i, c in enumerate(chunks)]
+    futures = [
+        explore_chunk.with_options(task_run_name=f"contexts {i + 1} of {len(chunks)}").submit(config, run_id, c)
+        for i, c in enumerate(chunks)
+    ]
     return [row for rows in _gather(futures, round, "explore", "contexts") for row in rows]
 
 
@@ -109,8 +118,11 @@ def explore_fanout(ctx: RoundContext) -> dict:
     contexts = round_contexts(ctx.store, cfg, ctx.run_id, ctx.round, make_explorer(cfg).signal_guided)
     chunks = split(contexts, n_chunks(cfg, len(contexts)))
     runner = ENGINES[cfg.fanout.engine](cfg)
-    rows = explore_fanout_flow.with_options(task_runner=runner)(cfg.to_dict(), ctx.run_id, ctx.round, chunks) \
-        if chunks else []
+    rows = (
+        explore_fanout_flow.with_options(task_runner=runner)(cfg.to_dict(), ctx.run_id, ctx.round, chunks)
+        if chunks
+        else []
+    )
     return {"n_explorations": ctx.store.write("explorations", ctx.round, f"{ctx.run_id}-explore", rows)}
 
 
@@ -128,8 +140,9 @@ class _Collect:
 
 
 @task(name="validate-chunk", retries=1)
-def validate_chunk(config: dict[str, Any], run_id: str, round: int, policy_path: str | None,
-                   specs: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def validate_chunk(
+    config: dict[str, Any], run_id: str, round: int, policy_path: str | None, specs: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Pass 2 on a chunk of the candidates that passed pass 1 (task specs, in order): the
     verdict fields of each ({} = pass 1's stands: the solver has nothing to attempt with),
     and the attempts' rollout rows."""
@@ -151,10 +164,15 @@ def validate_chunk(config: dict[str, Any], run_id: str, round: int, policy_path:
 
 
 @flow(name="coevolve-validate-fanout", flow_run_name="validate fan-out, round {round}")
-def validate_fanout_flow(config: dict[str, Any], run_id: str, round: int, policy_path: str | None,
-                         chunks: list[list[str]]) -> list[tuple[list[dict], list[dict]]]:
-    futures = [validate_chunk.with_options(task_run_name=f"candidates {i + 1} of {len(chunks)}")
-               .submit(config, run_id, round, policy_path, c) for i, c in enumerate(chunks)]
+def validate_fanout_flow(
+    config: dict[str, Any], run_id: str, round: int, policy_path: str | None, chunks: list[list[str]]
+) -> list[tuple[list[dict], list[dict]]]:
+    futures = [
+        validate_chunk.with_options(task_run_name=f"candidates {i + 1} of {len(chunks)}").submit(
+            config, run_id, round, policy_path, c
+        )
+        for i, c in enumerate(chunks)
+    ]
     return _gather(futures, round, "validate", "candidates")
 
 
@@ -164,7 +182,9 @@ def validate_fanout(ctx: RoundContext) -> dict:
 
     cfg, store = ctx.cfg, ctx.store
     part = f"{ctx.run_id}-candidates"
-    rows = store.read("candidates", filter=(ds.field("run_id") == ctx.run_id) & (ds.field("round") == ctx.round)).to_pylist()
+    rows = store.read(
+        "candidates", filter=(ds.field("run_id") == ctx.run_id) & (ds.field("round") == ctx.round)
+    ).to_pylist()
     for r in rows:
         r.pop("round", None)
     rows.sort(key=lambda r: r["candidate_id"])
@@ -178,7 +198,8 @@ def validate_fanout(ctx: RoundContext) -> dict:
         chunks = split(passed, n_chunks(cfg, len(passed)))
         runner = ENGINES[cfg.fanout.engine](cfg)
         results = validate_fanout_flow.with_options(task_runner=runner)(
-            cfg.to_dict(), ctx.run_id, ctx.round, policy_path, [[rows[i]["spec"] for i in c] for c in chunks])
+            cfg.to_dict(), ctx.run_id, ctx.round, policy_path, [[rows[i]["spec"] for i in c] for c in chunks]
+        )
         rollouts = []
         for chunk, (verdicts, attempts) in zip(chunks, results, strict=True):
             for i, verdict in zip(chunk, verdicts, strict=True):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextvars
 import re
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow.dataset as ds
 from prefect import get_run_logger
@@ -36,11 +36,11 @@ class StageProgress:
     def __init__(self, store: Store, cfg: RunConfig, round: int, stage: str, poll_s: float = TRAIN_POLL_S):
         self.store, self.cfg, self.round, self.stage, self.poll_s = store, cfg, round, stage, poll_s
         self.log = get_run_logger()
-        self.artifact_id = None
+        self.artifact_id: Any = None
         self.last_done = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._remove = None
+        self._remove: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> "StageProgress":
@@ -59,7 +59,9 @@ class StageProgress:
         if (round, stage) != (self.round, self.stage):
             return
         if event == "skip":
-            self.log.info("round %d %s: already done, skipped (%s)", round, stage, describe(stage, info).splitlines()[0])
+            self.log.info(
+                "round %d %s: already done, skipped (%s)", round, stage, describe(stage, info).splitlines()[0]
+            )
         elif event == "start":
             self.log.info("round %d %s: started", round, stage)
             key = re.sub(r"[^a-z0-9-]+", "-", f"progress-{self.cfg.run_name}-round-{round}-{stage}".lower())
@@ -74,7 +76,9 @@ class StageProgress:
             self._stop.set()
             if self.artifact_id is not None:
                 update_progress_artifact(self.artifact_id, progress=100.0)
-            self.log.info("round %d %s: done in %.1f s. %s", round, stage, info.get("seconds", 0.0), describe(stage, info))
+            self.log.info(
+                "round %d %s: done in %.1f s. %s", round, stage, info.get("seconds", 0.0), describe(stage, info)
+            )
 
     def _progress(self, done: int, total: int, note: str) -> None:
         if done == self.last_done or total <= 0:
@@ -89,8 +93,9 @@ class StageProgress:
     def _watch_training(self) -> None:
         """Poll ``train_steps`` in a thread (with this task's Prefect context) until done."""
         ctx = contextvars.copy_context()
-        self._thread = threading.Thread(target=ctx.run, args=(self._poll_train,), daemon=True,
-                                        name=f"train-progress-{self.round}")
+        self._thread = threading.Thread(
+            target=ctx.run, args=(self._poll_train,), daemon=True, name=f"train-progress-{self.round}"
+        )
         self._thread.start()
 
     def _poll_train(self) -> None:
@@ -127,11 +132,15 @@ def describe(stage: str, s: dict) -> str:
     """A stage summary (its marker) as a sentence, with a small Markdown table where useful."""
     g = s.get
     if stage == "train":
-        return (f"Trained on {g('n_rollouts')} rollouts: mean reward {_num(g('train_reward'))}, "
-                f"success rate {_num(g('train_success'))}; checkpoint {g('checkpoint')}.")
+        return (
+            f"Trained on {g('n_rollouts')} rollouts: mean reward {_num(g('train_reward'))}, "
+            f"success rate {_num(g('train_success'))}; checkpoint {g('checkpoint')}."
+        )
     if stage == "signals":
-        return (f"Mined {g('signals_forgetting')} forgetting, {g('signals_boundary')} boundary and "
-                f"{g('signals_rare')} rare signals.")
+        return (
+            f"Mined {g('signals_forgetting')} forgetting, {g('signals_boundary')} boundary and "
+            f"{g('signals_rare')} rare signals."
+        )
     if stage == "explore":
         return f"Explored {g('n_explorations')} environment steps."
     if stage == "abstract":
@@ -145,20 +154,28 @@ def describe(stage: str, s: dict) -> str:
     if stage == "commit":
         return f"Committed pool v{g('pool_version')}: {g('added')} new tasks, {g('pool_size')} training tasks in all."
     if stage == "evaluate":
-        text = (f"Held-out score {_num(g('eval_score'))} (mean reward {_num(g('eval_reward'))}) "
-                f"over {g('n_eval')} episodes.")
+        text = (
+            f"Held-out score {_num(g('eval_score'))} (mean reward {_num(g('eval_reward'))}) "
+            f"over {g('n_eval')} episodes."
+        )
         per = g("per_category") or {}
         if per:
-            text += "\n\n" + _table([(k, v.get("accuracy") if isinstance(v, dict) else v) for k, v in per.items()],
-                                    ("category", "accuracy"))
+            text += "\n\n" + _table(
+                [(k, v.get("accuracy") if isinstance(v, dict) else v) for k, v in per.items()], ("category", "accuracy")
+            )
         return text
     return "; ".join(f"{k} {_num(v)}" for k, v in s.items() if not isinstance(v, (dict, list)))
 
 
 # ----------------------------------------------------------------------------- the round
 FIRST_LOOK = [
-    ("held-out score", "eval_score"), ("signals", None), ("candidates", "n_candidates"),
-    ("accepted", "n_accepted"), ("pass rate", "pass_rate"), ("pool size", "pool_size"), ("seconds", "t_total"),
+    ("held-out score", "eval_score"),
+    ("signals", None),
+    ("candidates", "n_candidates"),
+    ("accepted", "n_accepted"),
+    ("pass rate", "pass_rate"),
+    ("pool size", "pool_size"),
+    ("seconds", "t_total"),
 ]
 
 
@@ -166,15 +183,27 @@ def round_summary_markdown(row: dict) -> str:
     """The first-look table of a finished round's ``rounds`` row, and a sentence."""
     signals = sum(row.get(f"signals_{t}") or 0 for t in ("forgetting", "boundary", "rare"))
     cells = [_num(signals) if key is None else _num(row.get(key)) for _, key in FIRST_LOOK]
-    table = "| " + " | ".join(h for h, _ in FIRST_LOOK) + " |\n" + "|---:" * len(FIRST_LOOK) + "|\n" \
-        + "| " + " | ".join(cells) + " |"
+    table = (
+        "| "
+        + " | ".join(h for h, _ in FIRST_LOOK)
+        + " |\n"
+        + "|---:" * len(FIRST_LOOK)
+        + "|\n"
+        + "| "
+        + " | ".join(cells)
+        + " |"
+    )
     r = row.get("round")
     if r == 0:
-        sentence = (f"Round 0 synthesized the seed pool: {row.get('n_accepted')} of {row.get('n_candidates')} "
-                    f"candidates accepted, pool size {row.get('pool_size')}.")
+        sentence = (
+            f"Round 0 synthesized the seed pool: {row.get('n_accepted')} of {row.get('n_candidates')} "
+            f"candidates accepted, pool size {row.get('pool_size')}."
+        )
     else:
-        sentence = (f"Round {r} scored {_num(row.get('eval_score'))} on the held-out set, mined {signals} signals "
-                    f"({row.get('signals_forgetting')} forgetting, {row.get('signals_boundary')} boundary, "
-                    f"{row.get('signals_rare')} rare), accepted {row.get('n_accepted')} of "
-                    f"{row.get('n_candidates')} candidates; the pool has {row.get('pool_size')} tasks.")
+        sentence = (
+            f"Round {r} scored {_num(row.get('eval_score'))} on the held-out set, mined {signals} signals "
+            f"({row.get('signals_forgetting')} forgetting, {row.get('signals_boundary')} boundary, "
+            f"{row.get('signals_rare')} rare), accepted {row.get('n_accepted')} of "
+            f"{row.get('n_candidates')} candidates; the pool has {row.get('pool_size')} tasks."
+        )
     return f"{sentence}\n\n{table}\n"

@@ -18,8 +18,21 @@ def copy_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
     shutil.copytree(resolve_model(policy_in), tmp)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    rows = [{"run_id": run_id, "phase": "train", "task_id": t.task_id, "episode_id": f"{t.task_id}/s{s}",
-             "sample_idx": s, "turn": 0, "step": 0, "action_name": "ls", "success": s % 2 == 0,
-             "episode_reward": float(s % 2)} for t in tasks for s in range(4)]
+    rows = [
+        {
+            "run_id": run_id,
+            "phase": "train",
+            "task_id": t.task_id,
+            "episode_id": f"{t.task_id}/s{s}",
+            "sample_idx": s,
+            "turn": 0,
+            "step": 0,
+            "action_name": "ls",
+            "success": s % 2 == 0,
+            "episode_reward": float(s % 2),
+        }
+        for t in tasks
+        for s in range(4)
+    ]
     store.write("rollouts", round, f"{run_id}-train-copy", rows)
     return TrainResult(checkpoint=str(out), n_rollouts=len(rows), mean_reward=0.5, success_rate=0.5)

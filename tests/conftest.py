@@ -95,15 +95,48 @@ def _seeded_store(root, tasks, signal_types=("forgetting", "boundary", "rare")):
         calls = [c for turn in t.reference_actions for c in turn]
         if kind == "rare":
             ev = {"task_ids": [t.task_id], "episode_ids": [f"e{i}"], "actions": [calls[0]["name"], calls[1]["name"]]}
-            signals.append({"run_id": "t", "signal_id": f"s{i:02d}", "signal_type": kind, "pattern": f"{calls[0]['name']} > {calls[1]['name']}",
-                            "score": 1.0, "evidence": _json.dumps(ev), "is_new": True, "rank": i})
+            signals.append(
+                {
+                    "run_id": "t",
+                    "signal_id": f"s{i:02d}",
+                    "signal_type": kind,
+                    "pattern": f"{calls[0]['name']} > {calls[1]['name']}",
+                    "score": 1.0,
+                    "evidence": _json.dumps(ev),
+                    "is_new": True,
+                    "rank": i,
+                }
+            )
         else:
-            signals.append({"run_id": "t", "signal_id": f"s{i:02d}", "signal_type": kind, "task_id": t.task_id,
-                            "score": 0.5, "evidence": _json.dumps({"failing_episode_id": f"e{i}"}), "is_new": True, "rank": i})
+            signals.append(
+                {
+                    "run_id": "t",
+                    "signal_id": f"s{i:02d}",
+                    "signal_type": kind,
+                    "task_id": t.task_id,
+                    "score": 0.5,
+                    "evidence": _json.dumps({"failing_episode_id": f"e{i}"}),
+                    "is_new": True,
+                    "rank": i,
+                }
+            )
         for step, c in enumerate(calls[:2]):
-            rollouts.append({"run_id": "t", "phase": "train", "task_id": t.task_id, "episode_id": f"e{i}", "sample_idx": 0,
-                             "turn": 0, "step": step, "action_name": c["name"], "action_args": _json.dumps(c["arguments"]),
-                             "observation": "{}", "success": False, "episode_reward": 0.0})
+            rollouts.append(
+                {
+                    "run_id": "t",
+                    "phase": "train",
+                    "task_id": t.task_id,
+                    "episode_id": f"e{i}",
+                    "sample_idx": 0,
+                    "turn": 0,
+                    "step": step,
+                    "action_name": c["name"],
+                    "action_args": _json.dumps(c["arguments"]),
+                    "observation": "{}",
+                    "success": False,
+                    "episode_reward": 0.0,
+                }
+            )
     store.write("signals", 1, "t", signals)
     store.write("rollouts", 1, "t-train", rollouts)
     return store

@@ -22,9 +22,18 @@ runner = CliRunner()
 
 # the smallest budgets that still run every stage of every condition
 SMALL = {
-    "train.sft_steps": 1, "train.steps": 1, "train.tasks_per_step": 1, "train.group_size": 2,
-    "synth.scenarios": 2, "synth.contexts_per_scenario": 1, "eval.scenarios": 1, "eval.step_limit": 1, "env.step_limit": 1,
-    "policy.max_new_tokens": 8, "explore.runs_per_context": 1, "explore.steps_per_run": 2,
+    "train.sft_steps": 1,
+    "train.steps": 1,
+    "train.tasks_per_step": 1,
+    "train.group_size": 2,
+    "synth.scenarios": 2,
+    "synth.contexts_per_scenario": 1,
+    "eval.scenarios": 1,
+    "eval.step_limit": 1,
+    "env.step_limit": 1,
+    "policy.max_new_tokens": 8,
+    "explore.runs_per_context": 1,
+    "explore.steps_per_run": 2,
 }
 
 
@@ -58,13 +67,30 @@ def test_plan_is_every_condition_times_every_seed(tmp_path):
 
 def test_static_condition_feedback_stages_produce_nothing(tmp_path):
     store = Store(str(tmp_path / "s"))
-    store.commit_pool(run_id="st", round=0, expected_parent=None, new_tasks=[
-        {"task_id": "t0", "env": "bfcl-v3", "split": "train", "origin": "seed", "turns": ["x"], "initial_state": "{}",
-         "reference_actions": "[]", "content_hash": "h"}
-    ])
+    store.commit_pool(
+        run_id="st",
+        round=0,
+        expected_parent=None,
+        new_tasks=[
+            {
+                "task_id": "t0",
+                "env": "bfcl-v3",
+                "split": "train",
+                "origin": "seed",
+                "turns": ["x"],
+                "initial_state": "{}",
+                "reference_actions": "[]",
+                "content_hash": "h",
+            }
+        ],
+    )
     cfg = load_config(TINY, {"run_name": "st", "store": store.uri, "explore.enabled": False})
     assert run_stage(store, cfg, 1, "signals") | {"seconds": 0} == {
-        "signals_forgetting": 0, "signals_boundary": 0, "signals_rare": 0, "seconds": 0}
+        "signals_forgetting": 0,
+        "signals_boundary": 0,
+        "signals_rare": 0,
+        "seconds": 0,
+    }
     assert run_stage(store, cfg, 1, "explore")["n_explorations"] == 0
     assert run_stage(store, cfg, 1, "abstract")["n_candidates"] == 0
     assert run_stage(store, cfg, 1, "validate")["accepted"] == 0
@@ -93,8 +119,10 @@ def test_ablation_flow_then_cli_resume_then_nothing_repeated(prefect_harness, tm
     assert "| signal-guided | 1 | 1 |" in summary_md and "score.png" in summary_md
 
     # two seeds from the CLI: seed 0 is skipped (finished), seed 1 runs
-    out = runner.invoke(app, ["ablate", "--config", TINY, "--seeds", "2", "--rounds", "1", "--store", store,
-                              "--no-prefect", *_sets(extra)])
+    out = runner.invoke(
+        app,
+        ["ablate", "--config", TINY, "--seeds", "2", "--rounds", "1", "--store", store, "--no-prefect", *_sets(extra)],
+    )
     assert out.exit_code == 0, out.output
     assert out.output.count("skipped (finished)") == 4
     assert "held-out score" in out.output and "signal-guided" in out.output
@@ -111,8 +139,10 @@ def test_ablation_flow_then_cli_resume_then_nothing_repeated(prefect_harness, tm
 
     # a rerun repeats nothing
     before = {p: p.stat().st_mtime_ns for p in Path(store).rglob("*") if p.is_file()}
-    again = runner.invoke(app, ["ablate", "--config", TINY, "--seeds", "2", "--rounds", "1", "--store", store,
-                                "--no-prefect", *_sets(extra)])
+    again = runner.invoke(
+        app,
+        ["ablate", "--config", TINY, "--seeds", "2", "--rounds", "1", "--store", store, "--no-prefect", *_sets(extra)],
+    )
     assert again.exit_code == 0, again.output
     assert again.output.count("skipped (finished)") == 8 and "running" not in again.output
     assert {p: p.stat().st_mtime_ns for p in Path(store).rglob("*") if p.is_file()} == before

@@ -50,13 +50,17 @@ def test_split_turns_is_contiguous_and_even():
 
 
 def test_successful_calls_drop_errors_and_keep_order(env, seed):
-    run = _run(seed, env, [
-        ("cd", {"folder": "nope"}, '{"error": "no"}', "no"),
-        ("cd", {"folder": "document"}, "{}", None),
-        ("cd", {"folder": "document"}, "{}", None),
-        (None, {}, "garbage", "no call"),
-        ("mkdir", {"dir_name": "temp"}, "None", None),
-    ])
+    run = _run(
+        seed,
+        env,
+        [
+            ("cd", {"folder": "nope"}, '{"error": "no"}', "no"),
+            ("cd", {"folder": "document"}, "{}", None),
+            ("cd", {"folder": "document"}, "{}", None),
+            (None, {}, "garbage", "no call"),
+            ("mkdir", {"dir_name": "temp"}, "None", None),
+        ],
+    )
     assert run.successful_calls() == [
         {"name": "cd", "arguments": {"folder": "document"}},
         {"name": "cd", "arguments": {"folder": "document"}},
@@ -69,36 +73,50 @@ def _ok(name, args, obs="{}"):
 
 
 def test_template_states_goals_not_calls(env, seed):
-    run = _run(seed, env, [
-        _ok("cd", {"folder": "document"}),
-        _ok("mkdir", {"dir_name": "temp"}),
-        _ok("mv", {"source": "final_report.pdf", "destination": "temp"}),
-    ])
-    (turns, reference), = TemplateAbstractor(load_config()).abstract([run])
+    run = _run(
+        seed,
+        env,
+        [
+            _ok("cd", {"folder": "document"}),
+            _ok("mkdir", {"dir_name": "temp"}),
+            _ok("mv", {"source": "final_report.pdf", "destination": "temp"}),
+        ],
+    )
+    ((turns, reference),) = TemplateAbstractor(load_config()).abstract([run])
     # one goal (the navigation leads to it, the move acts on the new folder): one turn
     assert turns == ["Go into document, create a folder named temp and move final_report.pdf to temp."]
     assert reference == [[c for c in run.successful_calls()]]
     assert "set to" not in turns[0]  # no call dictation ("with dir_name set to 'temp'")
-    assert clause({"name": "wc", "arguments": {"file_name": "a.txt", "mode": "w"}}, run.docs["wc"]) == "tell me how many words a.txt has"
+    assert (
+        clause({"name": "wc", "arguments": {"file_name": "a.txt", "mode": "w"}}, run.docs["wc"])
+        == "tell me how many words a.txt has"
+    )
     # a value no template mentions is still stated
-    assert clause({"name": "ls", "arguments": {"a": True}}, run.docs["ls"]) == "list the current folder, hidden items included"
+    assert (
+        clause({"name": "ls", "arguments": {"a": True}}, run.docs["ls"])
+        == "list the current folder, hidden items included"
+    )
     assert TemplateAbstractor(load_config()).abstract([_run(seed, env, [("cd", {"folder": "x"}, "e", "e")])]) == [
         "useless run: no call succeeded"
     ]
 
 
 def test_template_drops_calls_that_change_nothing_and_collapses_repeats(env, seed):
-    run = _run(seed, env, [
-        _ok("ls", {}),  # a look around: changes nothing, answers nothing
-        _ok("pwd", {}),
-        _ok("cd", {"folder": "document"}),
-        _ok("cat", {"file_name": "final_report.pdf"}),  # an answer: kept
-        _ok("cat", {"file_name": "final_report.pdf"}),  # the same answer again: collapsed
-        _ok("echo", {"content": "hi", "file_name": "notes.txt"}),
-        _ok("echo", {"content": "hi", "file_name": "notes.txt"}),  # writes what is there: a no-op
-        _ok("ls", {}),
-    ])
-    (turns, reference), = TemplateAbstractor(load_config()).abstract([run])
+    run = _run(
+        seed,
+        env,
+        [
+            _ok("ls", {}),  # a look around: changes nothing, answers nothing
+            _ok("pwd", {}),
+            _ok("cd", {"folder": "document"}),
+            _ok("cat", {"file_name": "final_report.pdf"}),  # an answer: kept
+            _ok("cat", {"file_name": "final_report.pdf"}),  # the same answer again: collapsed
+            _ok("echo", {"content": "hi", "file_name": "notes.txt"}),
+            _ok("echo", {"content": "hi", "file_name": "notes.txt"}),  # writes what is there: a no-op
+            _ok("ls", {}),
+        ],
+    )
+    ((turns, reference),) = TemplateAbstractor(load_config()).abstract([run])
     calls = [(c["name"], c["arguments"]) for turn in reference for c in turn]
     assert calls == [
         ("cd", {"folder": "document"}),
@@ -121,12 +139,14 @@ def test_template_splits_turns_at_goal_boundaries(env, seed):
         _ok("touch", {"file_name": "todo.txt"}),
         _ok("authenticate_twitter", {"username": "analyst_pro", "password": "Kj8#mP9$vL2"}),
     ]
-    (turns, reference), = TemplateAbstractor(load_config(overrides={"abstract.max_turns": 3})).abstract([_run(seed, env, steps)])
+    ((turns, reference),) = TemplateAbstractor(load_config(overrides={"abstract.max_turns": 3})).abstract(
+        [_run(seed, env, steps)]
+    )
     assert [[c["name"] for c in t] for t in reference] == [["cd", "mkdir"], ["cd", "touch"], ["authenticate_twitter"]]
     assert turns[1] == "Go into the parent folder and create an empty file named todo.txt."
     assert turns[2] == "Log in to Twitter as analyst_pro with password 'Kj8#mP9$vL2'."
     one = load_config(overrides={"abstract.max_turns": 1})
-    (turns, reference), = TemplateAbstractor(one).abstract([_run(seed, env, steps)])
+    ((turns, reference),) = TemplateAbstractor(one).abstract([_run(seed, env, steps)])
     assert len(turns) == 1 and len(reference[0]) == 5 and turns[0].count(" Then ") == 2
 
 
@@ -142,7 +162,12 @@ def test_make_task_keeps_provenance_and_the_seed_state(env, seed):
     run = _run(seed, env, [("cd", {"folder": "document"}, "{}", None)])
     task = make_task(run, ["Go to document."], [[{"name": "cd", "arguments": {"folder": "document"}}]], "t", 3)
     assert (task.origin, task.signal_type, task.seed_task_id, task.created_round, task.split) == (
-        "explored", "boundary", seed.task_id, 3, "train")
+        "explored",
+        "boundary",
+        seed.task_id,
+        3,
+        "train",
+    )
     assert task.category == seed.category and task.env == seed.env and task.initial_state == seed.initial_state
     assert task.task_id.startswith(seed.task_id + "~x3.") and Task.from_json(task.to_json()) == task
 
@@ -156,16 +181,22 @@ class ScriptedPolicy:
     def chat(self, conversations, tools, sampling, meta=None):
         if isinstance(self.texts[0], Exception):
             raise self.texts[0]
-        out, self.texts = self.texts[: len(conversations)], self.texts[len(conversations):]
+        out, self.texts = self.texts[: len(conversations)], self.texts[len(conversations) :]
         return [Generation(text=t, prompt_tokens=1, completion_tokens=1) for t in out]
 
 
 def test_llm_abstractor_checks_the_schema_and_rejects_with_reasons(env, seed):
-    run = _run(seed, env, [("cd", {"folder": "document"}, "{}", None), ("ls", {}, '{"current_directory_content": []}', None)])
-    good = json.dumps({"turns": [
-        {"instruction": "Go into document.", "calls": [{"name": "cd", "arguments": {"folder": "document"}}]},
-        {"instruction": "List it.", "calls": [{"name": "ls", "arguments": {}}]},
-    ]})
+    run = _run(
+        seed, env, [("cd", {"folder": "document"}, "{}", None), ("ls", {}, '{"current_directory_content": []}', None)]
+    )
+    good = json.dumps(
+        {
+            "turns": [
+                {"instruction": "Go into document.", "calls": [{"name": "cd", "arguments": {"folder": "document"}}]},
+                {"instruction": "List it.", "calls": [{"name": "ls", "arguments": {}}]},
+            ]
+        }
+    )
     replies = [
         "Sure! ```json\n" + good + "\n```",
         "I cannot do that.",
@@ -175,7 +206,9 @@ def test_llm_abstractor_checks_the_schema_and_rejects_with_reasons(env, seed):
         '{"turns": [{"instruction": "x", "calls": [{"name": "ls", "arguments": "a=1"}]}]}',
         '{"turns": [{"instruction": "x", "calls": [{"name": "ls"',
     ]
-    cfg = load_config(overrides={"abstract.abstractor": "llm", "abstract.base_url": "http://127.0.0.1:1/v1", "abstract.max_turns": 3})
+    cfg = load_config(
+        overrides={"abstract.abstractor": "llm", "abstract.base_url": "http://127.0.0.1:1/v1", "abstract.max_turns": 3}
+    )
     out = LLMAbstractor(cfg, policy=ScriptedPolicy(replies)).abstract([run] * len(replies))
     turns, reference = out[0]
     assert turns == ["Go into document.", "List it."] and reference[1] == [{"name": "ls", "arguments": {}}]

@@ -61,8 +61,12 @@ def test_ten_thousand_random_json_answers_never_crash_the_abstractor():
     rng = random.Random(14)
     values = [_spec_like(rng) if i % 2 else _value(rng, 5) for i in range(10_000)]
     texts = [json.dumps(v) for v in values]
-    texts[:4] = ['["cd"]', '[["cd"]]', '{"turns": [{"instruction": "a", "calls": ["cd"]}]}',
-                 '{"turns": [{"instruction": "a", "calls": [["cd"]]}]}']  # the shapes that crashed
+    texts[:4] = [
+        '["cd"]',
+        '[["cd"]]',
+        '{"turns": [{"instruction": "a", "calls": ["cd"]}]}',
+        '{"turns": [{"instruction": "a", "calls": [["cd"]]}]}',
+    ]  # the shapes that crashed
     seed = Task(task_id="t", env="bfcl-v3", turns=["x"], initial_state={}, reference_actions=[])
     steps = [{"step": 0, "action_name": "cd", "action_args": '{"folder": "a"}', "observation": "{}", "error": None}]
     run = Run("s", "rare", 0, seed, steps, DOCS)

@@ -29,8 +29,17 @@ def seeded_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
 
 
 def _cfg(store: str, seed: int, endpoint: str = "", **more):
-    return load_config(None, {"run_name": "nightly", "store": store, "seed": seed, "train.backend": "test-seeded",
-                              "s3.endpoint_url": endpoint, **more})
+    return load_config(
+        None,
+        {
+            "run_name": "nightly",
+            "store": store,
+            "seed": seed,
+            "train.backend": "test-seeded",
+            "s3.endpoint_url": endpoint,
+            **more,
+        },
+    )
 
 
 def _weights(path: str) -> float:
@@ -47,7 +56,9 @@ def test_two_stores_same_run_name_each_round_2_loads_its_own_checkpoint(tmp_path
     for cfg in (local_cfg, s3_cfg):
         run_stage(open_run_store(cfg), cfg, 1, "train")
     assert not (first / ".coevolve").exists()  # nothing lands in the working directory
-    keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(Bucket=s3_bucket)["Contents"]]
+    keys = [
+        o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(Bucket=s3_bucket)["Contents"]
+    ]
     assert "lineage/checkpoints/nightly/round=1/model.safetensors" in keys
     assert "lineage/checkpoints/nightly/round=1/_COMPLETE" in keys
 

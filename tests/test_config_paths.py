@@ -10,8 +10,25 @@ import pytest
 from coevolve.config import ConfigError, load_config
 
 
-@pytest.mark.parametrize("name", ["..", ".", "a/b", "/etc", "/abs/path", "a\\b", "", "-x", ".hidden", "a b",
-                                  "x" * 129, "na\x00me", "..\\..", "a/../b"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "..",
+        ".",
+        "a/b",
+        "/etc",
+        "/abs/path",
+        "a\\b",
+        "",
+        "-x",
+        ".hidden",
+        "a b",
+        "x" * 129,
+        "na\x00me",
+        "..\\..",
+        "a/../b",
+    ],
+)
 def test_unsafe_run_names_are_rejected(name):
     with pytest.raises(ConfigError, match="run_name"):
         load_config(None, {"run_name": name})
@@ -22,15 +39,18 @@ def test_safe_run_names_pass(name):
     assert load_config(None, {"run_name": name}).run_name == name
 
 
-@pytest.mark.parametrize("key,value", [
-    ("store", "s3://bucket/a/../../other"),
-    ("store", "s3://Bad_Bucket/x"),
-    ("store", "s3:///x"),
-    ("store", "gs://bucket/x"),
-    ("store", "dir\nname"),
-    ("train.checkpoint_dir", "s3://bucket/./x"),
-    ("train.checkpoint_dir", "s3://bucket//x"),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("store", "s3://bucket/a/../../other"),
+        ("store", "s3://Bad_Bucket/x"),
+        ("store", "s3:///x"),
+        ("store", "gs://bucket/x"),
+        ("store", "dir\nname"),
+        ("train.checkpoint_dir", "s3://bucket/./x"),
+        ("train.checkpoint_dir", "s3://bucket//x"),
+    ],
+)
 def test_escaping_locations_are_rejected(key, value):
     with pytest.raises(ConfigError, match=key.split(".")[-1]):
         load_config(None, {key: value})
@@ -45,9 +65,21 @@ def test_s3_client_settings_are_checked(key, value):
 def test_cli_rejects_a_bad_run_name_before_writing(tmp_path):
     store = tmp_path / "store"
     proc = subprocess.run(
-        [sys.executable, "-m", "coevolve.cli", "run", "--config", "configs/tiny.yaml", "--store", str(store),
-         "--run-name", ".."],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "coevolve.cli",
+            "run",
+            "--config",
+            "configs/tiny.yaml",
+            "--store",
+            str(store),
+            "--run-name",
+            "..",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "run_name" in proc.stdout + proc.stderr

@@ -55,8 +55,14 @@ def test_trigger_deployment_and_wait(prefect_harness, tmp_path):
             "store": store,
             "run_name": "from-ui",
             # every stage, almost no work: what is tested is the deployment path (test_flow.py trains)
-            "overrides": {"train.steps": 0, "train.sft_steps": 0, "validate.solver": "none", "eval.step_limit": 1,
-                          "eval.max_new_tokens": 8, "train.checkpoint_dir": str(tmp_path / "ckpt")},
+            "overrides": {
+                "train.steps": 0,
+                "train.sft_steps": 0,
+                "validate.solver": "none",
+                "eval.step_limit": 1,
+                "eval.max_new_tokens": 8,
+                "train.checkpoint_dir": str(tmp_path / "ckpt"),
+            },
         },
         timeout=0,  # return at once; the worker below runs it
     )

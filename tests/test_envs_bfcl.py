@@ -56,7 +56,9 @@ def test_ground_truth_parsing_maps_positional_args(env):
     assert task.reference_actions[0][0] == {"name": "cd", "arguments": {"folder": "document"}}
     owner = bfcl_data.method_owner(["GorillaFileSystem"])
     assert bfcl_data.parse_call("sort('final_report.pdf')", owner) == {
-        "name": "sort", "arguments": {"file_name": "final_report.pdf"}}
+        "name": "sort",
+        "arguments": {"file_name": "final_report.pdf"},
+    }
     for bad in ["__import__('os').system('x')", "cd(folder=open('x'))", "cd(**{'a': 1})", "x.y()"]:
         with pytest.raises(ValueError):
             bfcl_data.parse_call(bad, owner)
@@ -73,7 +75,7 @@ def test_select_by_ids_and_limit(env):
 def test_tools_respect_held_out_functions(env):
     task = next(t for t in env.load_tasks(["multi_turn_miss_func"]) if t.initial_state["missed_function"])
     ep = env.episode(task)
-    (k, missed), = task.initial_state["missed_function"].items()
+    ((k, missed),) = task.initial_state["missed_function"].items()
     k = int(k)
     before = {s["name"] for s in ep.tools(k - 1)}
     after = {s["name"] for s in ep.tools(k)}
@@ -181,7 +183,7 @@ def test_verdicts_equal_official_checker_on_perturbations(env, all_tasks):
             gt = a["ground_truth"]
             if e["id"] in bfcl_data._MERGE_GT_TURNS:
                 x, y = bfcl_data._MERGE_GT_TURNS[e["id"]]
-                gt = gt[:x] + [gt[x] + gt[y]] + gt[y + 1:]
+                gt = gt[:x] + [gt[x] + gt[y]] + gt[y + 1 :]
             raw[e["id"]] = (e, gt)
     all_methods = {m for c in bfcl_data.CLASSES for m in bfcl_data.public_methods(c)}
     # Backends keep mutable default arguments in their state (TwitterAPI.post_tweet's
@@ -348,7 +350,10 @@ def test_unfinished_episode_fails(env):
 def test_synthesized_task_scored_against_its_reference(env):
     seed = env.load_tasks(ids=["multi_turn_base_0"])[0]
     synth = Task(
-        task_id="explored_1", env="bfcl-v3", category=seed.category, origin="explored",
+        task_id="explored_1",
+        env="bfcl-v3",
+        category=seed.category,
+        origin="explored",
         turns=["Go to the document folder and make a folder 'x'.", "List it."],
         initial_state=json.loads(json.dumps(seed.initial_state)),
         reference_actions=[

@@ -92,8 +92,12 @@ class Recorder:
         for m in meta:
             key = (m["task_id"], m["turn"])
             self.steps[key] = max(self.steps.get(key, 0), m["step"] + 1)
-        return [Generation(text='<tool_call>{"name": "ls", "arguments": {}}</tool_call>', prompt_tokens=0,
-                           completion_tokens=1) for _ in conversations]
+        return [
+            Generation(
+                text='<tool_call>{"name": "ls", "arguments": {}}</tool_call>', prompt_tokens=0, completion_tokens=1
+            )
+            for _ in conversations
+        ]
 
 
 def test_eval_protocol_runs_every_turn_under_its_own_budget(env):
@@ -176,8 +180,17 @@ class FuzzPolicy:
 
 
 def test_fuzzed_outputs_become_error_steps(env, few):
-    results = run_episodes(FuzzPolicy(), env, few, sampling=SamplingParams(), step_limit=6,
-                           phase="eval", run_id="fuzz", round=0, step_timeout_s=5.0)
+    results = run_episodes(
+        FuzzPolicy(),
+        env,
+        few,
+        sampling=SamplingParams(),
+        step_limit=6,
+        phase="eval",
+        run_id="fuzz",
+        round=0,
+        step_timeout_s=5.0,
+    )
     assert len(results) == len(few)
     for r in results:
         assert r.finish_reason is None and not r.score.success
@@ -205,18 +218,39 @@ class LsForever:
     name, version = "ls", "ls"
 
     def chat(self, conversations, tools, sampling, meta=None):
-        return [Generation(text='<tool_call>{"name": "ls", "arguments": {}}</tool_call>', prompt_tokens=0,
-                           completion_tokens=1) for _ in conversations]
+        return [
+            Generation(
+                text='<tool_call>{"name": "ls", "arguments": {}}</tool_call>', prompt_tokens=0, completion_tokens=1
+            )
+            for _ in conversations
+        ]
 
 
 def test_budgets_end_episodes_with_a_reason(few):
     task = few[0]
-    (slow,) = run_episodes(LsForever(), SlowEnv(), [task], sampling=SamplingParams(), step_limit=4,
-                           phase="eval", run_id="b", round=0, step_timeout_s=0.1)
+    (slow,) = run_episodes(
+        LsForever(),
+        SlowEnv(),
+        [task],
+        sampling=SamplingParams(),
+        step_limit=4,
+        phase="eval",
+        run_id="b",
+        round=0,
+        step_timeout_s=0.1,
+    )
     assert slow.finish_reason == "time_limit" and not slow.score.success
     assert slow.steps[-1]["finish_reason"] == "time_limit"
-    (looping,) = run_episodes(LsForever(), BfclEnvironment(), [task], sampling=SamplingParams(), step_limit=3,
-                              phase="eval", run_id="b", round=0)
+    (looping,) = run_episodes(
+        LsForever(),
+        BfclEnvironment(),
+        [task],
+        sampling=SamplingParams(),
+        step_limit=3,
+        phase="eval",
+        run_id="b",
+        round=0,
+    )
     cut = [row for row in looping.steps if row["finish_reason"] == "step_limit"]
     assert len(cut) == len(task.turns) and not looping.score.success
     assert all(sum(1 for row in looping.steps if row["turn"] == t) == 3 for t in range(len(task.turns)))
@@ -230,9 +264,23 @@ def test_cli_eval_replay_ground_truth(tmp_path):
     from coevolve.cli import app
 
     store = tmp_path / "store"
-    res = CliRunner().invoke(app, ["eval", "--env", "bfcl-v3", "--replay-ground-truth", "--limit", "2",
-                                   "--category", "multi_turn_base", "--category", "multi_turn_miss_func",
-                                   "--store", str(store)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            "bfcl-v3",
+            "--replay-ground-truth",
+            "--limit",
+            "2",
+            "--category",
+            "multi_turn_base",
+            "--category",
+            "multi_turn_miss_func",
+            "--store",
+            str(store),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "multi_turn_base" in res.output and "multi_turn_miss_func" in res.output and "4/4" in res.output
     assert "BFCL overall accuracy" in res.output
@@ -244,6 +292,8 @@ def test_cli_eval_replay_ground_truth(tmp_path):
     train_id = f"multi_turn_base_{min(set(range(200)) - held)}"
     for args in (["--ids", train_id, "--replay-ground-truth"], ["--all", "--limit", "1", "--model", "tiny"]):
         refused = CliRunner().invoke(app, ["eval", "--no-store", *args])
-        assert refused.exit_code != 0 and ("not held-out" in refused.output or "--all" in refused.output), refused.output
+        assert refused.exit_code != 0 and ("not held-out" in refused.output or "--all" in refused.output), (
+            refused.output
+        )
     everything = CliRunner().invoke(app, ["eval", "--all", "--replay-ground-truth", "--ids", train_id, "--no-store"])
     assert everything.exit_code == 0 and "1/1" in everything.output, everything.output

@@ -64,11 +64,23 @@ def test_params_read_enums_from_bfcl_descriptions(env, tasks):
 
 def test_signal_contexts_take_focus_from_the_failed_attempt_never_the_reference(tasks):
     t0, t1 = tasks[0], tasks[1]
-    evidence = {"e1": [{"task_id": t0.task_id, "action_name": "ls", "action_args": "{}", "observation": "{}", "error": None}]}
+    evidence = {
+        "e1": [{"task_id": t0.task_id, "action_name": "ls", "action_args": "{}", "observation": "{}", "error": None}]
+    }
     signals = [
-        {"signal_id": "f1", "signal_type": "forgetting", "task_id": t0.task_id, "evidence": json.dumps({"failing_episode_id": "e1"})},
-        {"signal_id": "r1", "signal_type": "rare", "task_id": None, "pattern": "cd > mkdir",
-         "evidence": json.dumps({"task_ids": [t1.task_id], "episode_ids": ["e9"]})},
+        {
+            "signal_id": "f1",
+            "signal_type": "forgetting",
+            "task_id": t0.task_id,
+            "evidence": json.dumps({"failing_episode_id": "e1"}),
+        },
+        {
+            "signal_id": "r1",
+            "signal_type": "rare",
+            "task_id": None,
+            "pattern": "cd > mkdir",
+            "evidence": json.dumps({"task_ids": [t1.task_id], "episode_ids": ["e9"]}),
+        },
         {"signal_id": "gone", "signal_type": "boundary", "task_id": "not_in_pool", "evidence": "{}"},
     ]
     ctx = {c.signal_id: c for c in signal_contexts(signals, [t0, t1], evidence, AVOID)}
@@ -92,7 +104,9 @@ def test_value_bank_prefers_names_just_listed():
 
 def _context(task, signal_type="boundary", focus=None, sequence=False):
     focus = focus if focus is not None else [c["name"] for turn in task.reference_actions for c in turn]
-    return ExploreContext(f"s-{task.task_id}-{signal_type}", signal_type, task, list(dict.fromkeys(focus)), sequence=sequence, avoid=AVOID)
+    return ExploreContext(
+        f"s-{task.task_id}-{signal_type}", signal_type, task, list(dict.fromkeys(focus)), sequence=sequence, avoid=AVOID
+    )
 
 
 def test_rule_explorer_adapts_to_errors_and_reuses_observed_values(env, tasks):
@@ -150,7 +164,9 @@ def test_start_task_makes_every_function_available_from_the_start(env):
 # ----------------------------------------------------------------------------- the stage
 def test_explore_stage_writes_one_row_per_step_and_reruns_replace(signal_store, tasks):
     store = signal_store(tasks[:6])
-    cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.runs_per_context": 2, "explore.steps_per_run": 3})
+    cfg = load_config(
+        overrides={"store": store.uri, "run_name": "t", "explore.runs_per_context": 2, "explore.steps_per_run": 3}
+    )
     n = explore(store, cfg, "t", 1)
     assert n == 6 * 2 * 3
     assert explore(store, cfg, "t", 1) == n
@@ -162,8 +178,15 @@ def test_explore_stage_writes_one_row_per_step_and_reruns_replace(signal_store, 
 
 def test_random_explorer_has_the_same_budget_and_ignores_signals(signal_store, tasks):
     store = signal_store(tasks[:6])
-    cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.explorer": "random",
-                                 "explore.runs_per_context": 2, "explore.steps_per_run": 3})
+    cfg = load_config(
+        overrides={
+            "store": store.uri,
+            "run_name": "t",
+            "explore.explorer": "random",
+            "explore.runs_per_context": 2,
+            "explore.steps_per_run": 3,
+        }
+    )
     assert explore(store, cfg, "t", 1) == 6 * 2 * 3
     rows = store.read("explorations").to_pylist()
     assert {r["signal_type"] for r in rows} == {"random"}
@@ -185,9 +208,17 @@ def test_random_and_signal_guided_exploration_get_equal_budgets(signal_store, ta
     budgets = {}
     for explorer in ("rule", "random"):
         store = signal_store(tasks[:n_signals])
-        cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.explorer": explorer,
-                                     "explore.contexts": 5, "explore.min_contexts": 3,
-                                     "explore.runs_per_context": 2, "explore.steps_per_run": 4})
+        cfg = load_config(
+            overrides={
+                "store": store.uri,
+                "run_name": "t",
+                "explore.explorer": explorer,
+                "explore.contexts": 5,
+                "explore.min_contexts": 3,
+                "explore.runs_per_context": 2,
+                "explore.steps_per_run": 4,
+            }
+        )
         explore(store, cfg, "t", 1)
         budgets[explorer] = _budget(store.read("explorations").to_pylist())
     # 2 signals + 3 fallback contexts, or 6 signals cut to the budget: 5 contexts either way
@@ -205,8 +236,16 @@ def test_random_explorer_retries_after_an_error_like_the_rule_explorer(env, task
 
 def test_cold_start_fallback_fills_the_budget_with_coverage_contexts(signal_store, tasks):
     store = signal_store(tasks[:1])  # one signal: fewer than explore.min_contexts
-    cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.contexts": 6, "explore.min_contexts": 2,
-                                 "explore.runs_per_context": 1, "explore.steps_per_run": 3})
+    cfg = load_config(
+        overrides={
+            "store": store.uri,
+            "run_name": "t",
+            "explore.contexts": 6,
+            "explore.min_contexts": 2,
+            "explore.runs_per_context": 1,
+            "explore.steps_per_run": 3,
+        }
+    )
     contexts = round_contexts(store, cfg, "t", 1, signal_guided=True)
     assert [c.signal_type for c in contexts] == ["forgetting"] + ["fallback"] * 5
     assert all(c.coverage and not c.evidence for c in contexts[1:])
@@ -215,8 +254,10 @@ def test_cold_start_fallback_fills_the_budget_with_coverage_contexts(signal_stor
     assert Counter(r["signal_type"] for r in rows) == {"forgetting": 3, "fallback": 15}
     # enough signals: no fallback
     many = signal_store(tasks[:4])
-    assert {c.signal_type for c in round_contexts(many, cfg.__class__.from_dict({**cfg.to_dict(), "store": many.uri}), "t", 1, True)} \
-        == {"forgetting", "boundary", "rare"}
+    assert {
+        c.signal_type
+        for c in round_contexts(many, cfg.__class__.from_dict({**cfg.to_dict(), "store": many.uri}), "t", 1, True)
+    } == {"forgetting", "boundary", "rare"}
 
 
 def test_coverage_contexts_reach_every_tool_of_a_state(env):
@@ -238,8 +279,12 @@ def test_explorers_never_read_turns_or_reference_calls(env, explorer):
     state = env.training_states([], 0, ["multi_turn_base"])[0]
     sentinel = "SENTINEL_3f9c"
     state.turns = [f"{sentinel} question"]
-    state.reference_actions = [[{"name": "mkdir", "arguments": {"dir_name": sentinel}},
-                                {"name": "echo", "arguments": {"content": sentinel, "file_name": f"{sentinel}.txt"}}]]
+    state.reference_actions = [
+        [
+            {"name": "mkdir", "arguments": {"dir_name": sentinel}},
+            {"name": "echo", "arguments": {"content": sentinel, "file_name": f"{sentinel}.txt"}},
+        ]
+    ]
     ctx = ExploreContext("s", "boundary", state, ["mkdir", "echo"], avoid=AVOID)
     sessions = run_sessions(explorer(), [ctx], env, runs=4, steps=10, seed=0)
     assert all(s.context.task.turns == [""] and s.context.task.reference_actions == [[]] for s in sessions)

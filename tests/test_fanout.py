@@ -10,9 +10,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 # pass 2 on (the policy attempts each candidate), greedy so that chunking cannot change an attempt
-ROUND = {"rounds": 1, "train.steps": 0, "train.sft_steps": 0, "explore.contexts": 4, "explore.min_contexts": 4,
-         "explore.runs_per_context": 2, "validate.attempts": 1, "policy.temperature": 0.0,
-         "eval.categories": ["multi_turn_base"], "eval.step_limit": 1, "eval.max_new_tokens": 8}
+ROUND = {
+    "rounds": 1,
+    "train.steps": 0,
+    "train.sft_steps": 0,
+    "explore.contexts": 4,
+    "explore.min_contexts": 4,
+    "explore.runs_per_context": 2,
+    "validate.attempts": 1,
+    "policy.temperature": 0.0,
+    "eval.categories": ["multi_turn_base"],
+    "eval.step_limit": 1,
+    "eval.max_new_tokens": 8,
+}
 
 pytestmark = pytest.mark.slow
 
@@ -30,10 +40,13 @@ def _rows(store: str) -> dict[str, list]:
 
     con = connect(Store(store))
     return {
-        "explorations": con.sql("select signal_id, run_idx, step, action_name, action_args, observation "
-                                "from explorations where round = 1 order by all").fetchall(),
-        "candidates": con.sql("select candidate_id, verdict, reason, reward from candidates where round = 1 "
-                              "order by candidate_id").fetchall(),
+        "explorations": con.sql(
+            "select signal_id, run_idx, step, action_name, action_args, observation "
+            "from explorations where round = 1 order by all"
+        ).fetchall(),
+        "candidates": con.sql(
+            "select candidate_id, verdict, reason, reward from candidates where round = 1 order by candidate_id"
+        ).fetchall(),
         "validate_rollouts": con.sql("select count(*) from rollouts where phase = 'validate'").fetchall(),
         "tasks": con.sql("select content_hash from tasks order by all").fetchall(),
     }
@@ -44,12 +57,16 @@ def test_dask_fanout_gives_the_in_process_rows(prefect_harness, tmp_path):
 
     ckpt = str(tmp_path / "ckpt")
     evolve(config=TINY, store=str(tmp_path / "in-process"), overrides={**ROUND, "train.checkpoint_dir": ckpt})
-    evolve(config=TINY, store=str(tmp_path / "dask"),
-           overrides={**ROUND, "train.checkpoint_dir": ckpt, "fanout.engine": "dask", "fanout.workers": 2})
+    evolve(
+        config=TINY,
+        store=str(tmp_path / "dask"),
+        overrides={**ROUND, "train.checkpoint_dir": ckpt, "fanout.engine": "dask", "fanout.workers": 2},
+    )
     local, fanned = _rows(str(tmp_path / "in-process")), _rows(str(tmp_path / "dask"))
     assert local["explorations"] and local["candidates"]
-    assert any(r[2].startswith("accepted: pass 2") or r[2].startswith("pass 2") for r in local["candidates"]), \
+    assert any(r[2].startswith("accepted: pass 2") or r[2].startswith("pass 2") for r in local["candidates"]), (
         "pass 2 did not run: the test would not cover the validation fan-out"
+    )
     assert local["validate_rollouts"][0][0] > 0
     for key in local:
         assert fanned[key] == local[key], key

@@ -39,7 +39,9 @@ def test_two_rounds_on_s3_under_prefect(prefect_harness, s3_endpoint, s3_bucket,
     rows = evolve(config=TINY, store=store, overrides={"rounds": 2, "train.checkpoint_dir": str(tmp_path / "ckpt")})
     assert [r["round"] for r in rows] == [0, 1, 2]  # round 0 synthesized the seed pool
 
-    per_round = sql(store, "select round, count(*) as n from rollouts where phase = 'train' group by round order by round")
+    per_round = sql(
+        store, "select round, count(*) as n from rollouts where phase = 'train' group by round order by round"
+    )
     assert [r["round"] for r in per_round] == [1, 2] and all(r["n"] > 0 for r in per_round)
     assert sql(store, "select count(*) as n from rollouts where phase = 'eval'")[0]["n"] > 0
     for table in ("tasks", "signals", "explorations", "candidates", "rounds"):
@@ -97,8 +99,18 @@ def _counts(store: str) -> dict:
 
 def test_sigkill_then_resume_completes_without_duplicates(tmp_path):
     store = str(tmp_path / "store")
-    cmd = [sys.executable, "-m", "coevolve.cli", "run", "--config", TINY, "--store", store,
-           "--set", f"train.checkpoint_dir={tmp_path / 'ckpt'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "coevolve.cli",
+        "run",
+        "--config",
+        TINY,
+        "--store",
+        store,
+        "--set",
+        f"train.checkpoint_dir={tmp_path / 'ckpt'}",
+    ]
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # kill it in the middle of round 1: right after its exploration stage is committed

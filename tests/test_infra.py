@@ -27,9 +27,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 COMPOSE = ROOT / "infra" / "docker-compose.yml"
-FAST = {"train.steps": 0, "train.sft_steps": 0, "explore.contexts": 2, "explore.runs_per_context": 1,
-        "validate.solver": "none", "eval.categories": ["multi_turn_base"], "eval.step_limit": 1,
-        "eval.max_new_tokens": 8}
+FAST = {
+    "train.steps": 0,
+    "train.sft_steps": 0,
+    "explore.contexts": 2,
+    "explore.runs_per_context": 1,
+    "validate.solver": "none",
+    "eval.categories": ["multi_turn_base"],
+    "eval.step_limit": 1,
+    "eval.max_new_tokens": 8,
+}
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +85,9 @@ def test_compose_file_validates_and_names_every_service():
 
 def _pg_bin() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    return Path(found[-1]).parent if found else (Path(shutil.which("pg_ctl")).parent if shutil.which("pg_ctl") else None)
+    return (
+        Path(found[-1]).parent if found else (Path(shutil.which("pg_ctl")).parent if shutil.which("pg_ctl") else None)
+    )
 
 
 def _free_port() -> int:
@@ -113,12 +122,28 @@ def postgres():
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
     run(str(pg / "initdb"), "-D", str(data), "-U", user, f"--pwfile={pwfile}", "--auth=scram-sha-256", "-E", "UTF8")
-    run(str(pg / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-t", "60", "start",
-        "-o", f"-p {port} -c listen_addresses=127.0.0.1 -k {base}")
+    run(
+        str(pg / "pg_ctl"),
+        "-D",
+        str(data),
+        "-l",
+        str(base / "log"),
+        "-w",
+        "-t",
+        "60",
+        "start",
+        "-o",
+        f"-p {port} -c listen_addresses=127.0.0.1 -k {base}",
+    )
     try:
         env = {**os.environ, "PGPASSWORD": password}
-        done = subprocess.run([str(pg / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", user, db],
-                              capture_output=True, text=True, env=env, timeout=60)
+        done = subprocess.run(
+            [str(pg / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", user, db],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         yield port, password
     finally:
@@ -128,8 +153,12 @@ def postgres():
 
 def _psql(port: int, password: str, query: str) -> str:
     pg = _pg_bin()
-    done = subprocess.run([str(pg / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "prefect", "-d", "prefect",
-                           "-At", "-c", query], capture_output=True, text=True, env={**os.environ, "PGPASSWORD": password})
+    done = subprocess.run(
+        [str(pg / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "prefect", "-d", "prefect", "-At", "-c", query],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PGPASSWORD": password},
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -142,13 +171,23 @@ def test_prefect_server_on_postgres_runs_a_tiny_round_through_the_deployment(pos
     url = _interpolate(server_env["PREFECT_API_DATABASE_CONNECTION_URL"], {"PREFECT_DB_PASSWORD": password})
     assert url.startswith("postgresql+asyncpg://") and "@postgres:5432/" in url
     api_port = _free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PATH": f"{BIN}:{os.environ['PATH']}",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
-           "PREFECT_API_DATABASE_CONNECTION_URL": url.replace("@postgres:5432/", f"@127.0.0.1:{port}/"),
-           "PREFECT_API_URL": f"http://127.0.0.1:{api_port}/api"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_API_DATABASE_CONNECTION_URL": url.replace("@postgres:5432/", f"@127.0.0.1:{port}/"),
+        "PREFECT_API_URL": f"http://127.0.0.1:{api_port}/api",
+    }
     log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(api_port),
-                               "--no-ui"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(api_port), "--no-ui"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.time() + 120
         while True:
@@ -162,16 +201,22 @@ def test_prefect_server_on_postgres_runs_a_tiny_round_through_the_deployment(pos
             time.sleep(0.5)
 
         def prefect(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-            done = subprocess.run([str(BIN / "prefect"), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
+            done = subprocess.run(
+                [str(BIN / "prefect"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+            )
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
             return done
 
         prefect("work-pool", "create", "coevolve-process", "--type", "process", "--overwrite")
         prefect("--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--all")
         store = tmp_path / "store"
-        params = {"config": "configs/tiny.yaml", "rounds_per_run": 1, "store": str(store), "run_name": "on-postgres",
-                  "overrides": {**FAST, "train.checkpoint_dir": str(tmp_path / "ckpt")}}
+        params = {
+            "config": "configs/tiny.yaml",
+            "rounds_per_run": 1,
+            "store": str(store),
+            "run_name": "on-postgres",
+            "overrides": {**FAST, "train.checkpoint_dir": str(tmp_path / "ckpt")},
+        }
         prefect("deployment", "run", "coevolve-evolve/nightly", "--params", json.dumps(params))
         prefect("worker", "start", "--pool", "coevolve-process", "--run-once")
     finally:
@@ -185,6 +230,8 @@ def test_prefect_server_on_postgres_runs_a_tiny_round_through_the_deployment(pos
     # the server kept its state in PostgreSQL: the deployment's run and its round subflow completed
     states = _psql(port, password, "select name || '=' || state_type from flow_run order by name")
     assert "on-postgres round 1=COMPLETED" in states.splitlines(), states
-    parent = _psql(port, password, "select count(*) from flow_run where deployment_id is not null and state_type = 'COMPLETED'")
+    parent = _psql(
+        port, password, "select count(*) from flow_run where deployment_id is not null and state_type = 'COMPLETED'"
+    )
     assert parent == "1", states
     assert (store / "runs" / "on-postgres" / "round=1" / "evaluate.json").exists()

@@ -17,9 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TINY = str(ROOT / "configs" / "tiny.yaml")
 # rounds with every stage and almost no work: what is tested is which rounds run, not learning
-FAST = {"train.steps": 0, "train.sft_steps": 0, "explore.contexts": 2, "explore.runs_per_context": 1,
-        "validate.solver": "none", "eval.categories": ["multi_turn_base"], "eval.step_limit": 1,
-        "eval.max_new_tokens": 8}
+FAST = {
+    "train.steps": 0,
+    "train.sft_steps": 0,
+    "explore.contexts": 2,
+    "explore.runs_per_context": 1,
+    "validate.solver": "none",
+    "eval.categories": ["multi_turn_base"],
+    "eval.step_limit": 1,
+    "eval.max_new_tokens": 8,
+}
 
 pytestmark = pytest.mark.slow
 
@@ -27,13 +34,19 @@ pytestmark = pytest.mark.slow
 def _prefect_env() -> dict[str, str]:
     from prefect.settings import PREFECT_API_URL
 
-    return {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PATH": f"{BIN}:{os.environ['PATH']}",
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+    return {
+        **os.environ,
+        "PREFECT_API_URL": PREFECT_API_URL.value(),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+    }
 
 
 def _prefect(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "prefect"), *args], cwd=ROOT, env=_prefect_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [str(BIN / "prefect"), *args], cwd=ROOT, env=_prefect_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _markers(store: Path) -> dict[str, float]:
@@ -61,8 +74,13 @@ def test_two_nightly_runs_continue_the_lineage(prefect_harness, tmp_path):
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
 
     store = tmp_path / "store"
-    params = {"config": "configs/tiny.yaml", "rounds_per_run": 2, "store": str(store), "run_name": "",
-              "overrides": {**FAST, "train.checkpoint_dir": str(tmp_path / "ckpt")}}
+    params = {
+        "config": "configs/tiny.yaml",
+        "rounds_per_run": 2,
+        "store": str(store),
+        "run_name": "",
+        "overrides": {**FAST, "train.checkpoint_dir": str(tmp_path / "ckpt")},
+    }
     # a bad value is refused when the run is created, before anything runs (the UI shows the message)
     with pytest.raises(Exception, match="rounds_per_run|minimum|greater"):
         run_deployment("coevolve-evolve/nightly", parameters={**params, "rounds_per_run": -1}, timeout=0)
@@ -97,8 +115,9 @@ def test_two_nightly_runs_continue_the_lineage(prefect_harness, tmp_path):
 
     con = connect(Store(str(store)))
     assert con.sql("select list(round order by round) from rounds").fetchall()[0][0] == [0, 1, 2, 3, 4]
-    assert con.sql("select count(*) = count(distinct (run_id, round, phase, episode_id, turn, step)) "
-                   "from rollouts").fetchall()[0][0]
+    assert con.sql(
+        "select count(*) = count(distinct (run_id, round, phase, episode_id, turn, step)) from rollouts"
+    ).fetchall()[0][0]
 
 
 def test_a_run_of_a_lineage_in_progress_does_nothing(prefect_harness, tmp_path):
@@ -130,6 +149,7 @@ def test_a_run_of_a_lineage_in_progress_does_nothing(prefect_harness, tmp_path):
         rows = evolve(config=TINY, store=str(store), rounds_per_run=1)
         assert rows == []
         assert not (store / "runs").exists(), "the no-op run wrote stage markers"
+
         async def messages():
             async with get_client() as client:
                 return [log.message for log in await client.read_logs()]
@@ -139,6 +159,7 @@ def test_a_run_of_a_lineage_in_progress_does_nothing(prefect_harness, tmp_path):
             assert time.time() < deadline, "no log line says why the run did nothing"
             time.sleep(0.5)
     finally:
+
         async def finish():
             from prefect.states import Completed
 
@@ -157,10 +178,12 @@ def test_empty_parameters_keep_the_config_and_bad_ones_name_the_field(tmp_path):
     assert (cfg.run_name, cfg.store, cfg.rounds, rounds) == ("tiny", ".coevolve/store", 2, [0, 1, 2])
     cfg, rounds = resolve_config(TINY, 3, str(tmp_path / "s"), "night", {"train.steps": 1})
     assert (cfg.run_name, cfg.rounds, cfg.train.steps, rounds) == ("night", 3, 1, [0, 1, 2, 3])
-    for bad, field in [((TINY, 1, "", "", {"train.stepz": 1}), "train.stepz"),
-                       ((TINY, 1, "", "", {"explore.explorer": "nope"}), "explorer 'nope'"),
-                       (("configs/none.yaml", 1, "", "", {}), "config file not found"),
-                       ((TINY, 1, "", "", {"rounds": 4}), "rounds_per_run")]:
+    for bad, field in [
+        ((TINY, 1, "", "", {"train.stepz": 1}), "train.stepz"),
+        ((TINY, 1, "", "", {"explore.explorer": "nope"}), "explorer 'nope'"),
+        (("configs/none.yaml", 1, "", "", {}), "config file not found"),
+        ((TINY, 1, "", "", {"rounds": 4}), "rounds_per_run"),
+    ]:
         with pytest.raises(ConfigError, match=field):
             resolve_config(*bad)
 

@@ -19,9 +19,29 @@ register("environment", "test-counter")(CounterEnv)
 def test_bench_rollout_prints_both_modes_side_by_side():
     from coevolve.cli import app
 
-    res = CliRunner().invoke(app, ["bench", "rollout", "--env", "test-counter", "--category", "any",
-                                   "--episodes", "4", "--samples", "2", "--batch-size", "4",
-                                   "--max-new-tokens", "4", "--step-limit", "2", "--threads", "0"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "rollout",
+            "--env",
+            "test-counter",
+            "--category",
+            "any",
+            "--episodes",
+            "4",
+            "--samples",
+            "2",
+            "--batch-size",
+            "4",
+            "--max-new-tokens",
+            "4",
+            "--step-limit",
+            "2",
+            "--threads",
+            "0",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "batched (4)" in res.output and "one at a time" in res.output and "1.00x" in res.output
     assert "same seed, same rollouts (batched run repeated): yes" in res.output
@@ -33,8 +53,12 @@ def test_serve_command_answers_on_loopback():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "coevolve.cli", "serve", "--model", "tiny", "--port", str(port),
-                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coevolve.cli", "serve", "--model", "tiny", "--port", str(port), "--threads", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -44,8 +68,11 @@ def test_serve_command_answers_on_loopback():
             except httpx.TransportError:
                 assert proc.poll() is None, proc.stdout.read()
                 time.sleep(0.2)
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=30,
-                       json={"model": "tiny", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            timeout=30,
+            json={"model": "tiny", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
     finally:
         proc.terminate()

@@ -39,7 +39,9 @@ def test_batched_cached_generation_equals_one_at_a_time(policy):
     assert batched == single
     assert len(policy.prefix_cache._entries) == 10, "every row's prompt, and prompt + answer"
     # Second step of every conversation: prompts extend the cached ones.
-    longer = [c + [{"role": "assistant", "content": t}, {"role": "tool", "content": "[]"}] for c, t in zip(convs(5), batched)]
+    longer = [
+        c + [{"role": "assistant", "content": t}, {"role": "tool", "content": "[]"}] for c, t in zip(convs(5), batched)
+    ]
     policy.prefix_cache = PrefixCache(0)
     single2 = [policy.chat([c], [TOOLS], sampling, [m])[0].text for c, m in zip(longer, meta(5, 1))]
     policy.prefix_cache = PrefixCache(100_000)
@@ -67,12 +69,17 @@ def test_sampling_parameters():
     assert logprobs == pytest.approx([torch.log_softmax(logits[0], -1)[2].item()] * 3, abs=1e-6)
     _, hot = sample_next(logits, SamplingParams(temperature=0.5, top_p=0.01), gens)
     assert hot == pytest.approx([torch.log_softmax(logits[0] / 0.5, -1)[2].item()] * 3, abs=1e-6)
-    draws = {tok for i in range(50) for tok in sample_next(logits[:1] * 0, SamplingParams(temperature=1.0),
-                                                           [torch.Generator().manual_seed(i)])[0]}
+    draws = {
+        tok
+        for i in range(50)
+        for tok in sample_next(logits[:1] * 0, SamplingParams(temperature=1.0), [torch.Generator().manual_seed(i)])[0]
+    }
     assert draws == {0, 1, 2, 3}
     skewed = torch.log(torch.tensor([[0.1, 0.0, 0.2, 0.7]]))
     gen = [torch.Generator().manual_seed(0)]
-    counts = torch.bincount(torch.tensor([sample_next(skewed, SamplingParams(), gen)[0][0] for _ in range(3000)]), minlength=4)
+    counts = torch.bincount(
+        torch.tensor([sample_next(skewed, SamplingParams(), gen)[0][0] for _ in range(3000)]), minlength=4
+    )
     assert counts[1] == 0 and abs(counts[3] / 3000 - 0.7) < 0.04 and abs(counts[0] / 3000 - 0.1) < 0.03
     m = {"task_id": "t", "sample_idx": 0, "turn": 0, "step": 0}
     assert row_seed(1, m, 0) == row_seed(1, dict(m), 5) != row_seed(2, m, 0)
@@ -146,12 +153,15 @@ def test_generated_answers_keep_their_token_ids(policy):
     text = "list the files"
     spelled = [i for ch in text for i in tok.encode(ch, add_special_tokens=False)]  # one token per character
     assert tok.decode(spelled) == text and tok.encode(text, add_special_tokens=False) != spelled
-    conv = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": text},
-            {"role": "tool", "content": "[]"}]
+    conv = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": text},
+        {"role": "tool", "content": "[]"},
+    ]
     sampling = SamplingParams(max_new_tokens=4)
 
     def contains(ids, part):
-        return any(ids[i:i + len(part)] == part for i in range(len(ids) - len(part) + 1))
+        return any(ids[i : i + len(part)] == part for i in range(len(ids) - len(part) + 1))
 
     policy._answers.clear()
     assert not contains(policy.render(conv, TOOLS, sampling).ids, spelled)
@@ -161,7 +171,7 @@ def test_generated_answers_keep_their_token_ids(policy):
     (gen,) = policy.chat([conv[:1]], [TOOLS], SamplingParams(temperature=1.0, max_new_tokens=8, seed=1), meta(1))
     first = policy.render(conv[:1], TOOLS, sampling).ids
     nxt = policy.render(conv[:1] + [{"role": "assistant", "content": gen.text}, conv[2]], TOOLS, sampling).ids
-    assert gen.text and nxt[:len(first)] == first
+    assert gen.text and nxt[: len(first)] == first
     cached, _ = policy.prefix_cache.longest(nxt)
     assert cached >= len(first) + gen.completion_tokens - 1
 

@@ -17,7 +17,9 @@ def test_tiny_model_builds_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path))
     path = Path(resolve_model("tiny"))
     assert path.parent == tmp_path
-    assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= {p.name for p in path.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= {
+        p.name for p in path.iterdir()
+    }
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary build left behind"
     t = time.perf_counter()
     assert resolve_model("tiny") == str(path)
@@ -28,9 +30,10 @@ def test_tiny_model_builds_into_the_cache(tmp_path, monkeypatch):
     model = AutoModelForCausalLM.from_pretrained(path)
     tok = AutoTokenizer.from_pretrained(path)
     assert model.config.model_type == "qwen2" and 0.5e6 < model.num_parameters() < 3e6
-    assert tok.convert_ids_to_tokens(tok.encode("<tool_call>{}</tool_call>")) [0] == "<tool_call>"
-    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tools=[{"name": "ls"}],
-                                   tokenize=False, add_generation_prompt=True)
+    assert tok.convert_ids_to_tokens(tok.encode("<tool_call>{}</tool_call>"))[0] == "<tool_call>"
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tools=[{"name": "ls"}], tokenize=False, add_generation_prompt=True
+    )
     assert "<tools>" in text and text.endswith("<|im_start|>assistant\n")
 
 

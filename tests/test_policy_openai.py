@@ -32,7 +32,9 @@ def server():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(create_app(local, model_name="tiny"), host="127.0.0.1", port=port, log_level="warning"))
+    srv = uvicorn.Server(
+        uvicorn.Config(create_app(local, model_name="tiny"), host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.time() + 30
@@ -47,8 +49,10 @@ def server():
 def test_endpoint_speaks_the_openai_api(server):
     url, _ = server
     assert httpx.get(f"{url}/models").json()["data"][0]["id"] == "tiny"
-    r = httpx.post(f"{url}/chat/completions", json={"model": "tiny", "max_tokens": 4, "seed": 1,
-                                                      "messages": [{"role": "user", "content": "hi"}]})
+    r = httpx.post(
+        f"{url}/chat/completions",
+        json={"model": "tiny", "max_tokens": 4, "seed": 1, "messages": [{"role": "user", "content": "hi"}]},
+    )
     body = r.json()
     assert r.status_code == 200 and body["choices"][0]["message"]["role"] == "assistant"
     assert body["usage"]["completion_tokens"] <= 4 and body["choices"][0]["finish_reason"] in ("stop", "length")
@@ -60,8 +64,15 @@ def test_episode_rows_match_the_local_backend(server):
     url, local = server
     cfg = PolicyConfig(backend="openai", base_url=url, model="tiny", max_context_tokens=1024, concurrency=4)
     remote = OpenAIPolicy(cfg)
-    kw = dict(n_samples=2, sampling=SamplingParams(temperature=1.0, max_new_tokens=10), step_limit=2,
-              phase="eval", run_id="o", round=0, seed=11)
+    kw = dict(
+        n_samples=2,
+        sampling=SamplingParams(temperature=1.0, max_new_tokens=10),
+        step_limit=2,
+        phase="eval",
+        run_id="o",
+        round=0,
+        seed=11,
+    )
     via_http = run_episodes(remote, CounterEnv(), make_tasks(2), **kw)
     direct = run_episodes(local, CounterEnv(), make_tasks(2), **kw)
     assert len(via_http) == len(direct) == 4
@@ -69,8 +80,9 @@ def test_episode_rows_match_the_local_backend(server):
         assert [list(r) for r in a.steps] == [list(r) for r in b.steps]
         # an endpoint returns text, not token ids: only the local backend fills the token columns
         local_only = {"finish_reason", "prompt_ids", "completion_ids", "completion_logprobs"}
-        assert [{k: type(v) for k, v in r.items() if k not in local_only} for r in a.steps] == \
-               [{k: type(v) for k, v in r.items() if k not in local_only} for r in b.steps]
+        assert [{k: type(v) for k, v in r.items() if k not in local_only} for r in a.steps] == [
+            {k: type(v) for k, v in r.items() if k not in local_only} for r in b.steps
+        ]
         assert all(r["completion_ids"] is None for r in a.steps)
         # Same prompts, same seeds: the same generations through HTTP as in-process.
         assert [m["content"] for m in a.messages] == [m["content"] for m in b.messages]
@@ -83,8 +95,13 @@ def _policy(handler, **kw):
 
 
 def _ok(text="hi", **message):
-    return httpx.Response(200, json={"choices": [{"message": {"content": text, **message}, "finish_reason": "stop"}],
-                                     "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
+    return httpx.Response(
+        200,
+        json={
+            "choices": [{"message": {"content": text, **message}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+        },
+    )
 
 
 def test_retries_then_succeeds_and_native_tool_calls_become_hermes():
@@ -108,7 +125,9 @@ def test_errors_context_limit_and_exhausted_retries():
     (gen,) = ctx.chat([[{"role": "user", "content": "x"}]], [[]], SamplingParams())
     assert gen.finish_reason == "context_limit" and gen.text == ""
     with pytest.raises(EndpointError, match="HTTP 401"):
-        _policy(lambda r: httpx.Response(401, text="bad key")).chat([[{"role": "user", "content": "x"}]], [[]], SamplingParams())
+        _policy(lambda r: httpx.Response(401, text="bad key")).chat(
+            [[{"role": "user", "content": "x"}]], [[]], SamplingParams()
+        )
 
     def down(request):
         raise httpx.ConnectError("refused")
@@ -129,8 +148,12 @@ def test_the_stream_hands_back_each_reply_as_it_arrives():
 
     policy = _policy(handler)
     stream = policy.stream(SamplingParams(seed=0))
-    stream.submit([Request("a", [{"role": "user", "content": "slow"}], []),
-                   Request("b", [{"role": "user", "content": "fast"}], [])])
+    stream.submit(
+        [
+            Request("a", [{"role": "user", "content": "slow"}], []),
+            Request("b", [{"role": "user", "content": "fast"}], []),
+        ]
+    )
     assert len(stream) == 2
     first = stream.collect()
     assert [(key, gen.text) for key, gen in first] == [("b", "re: fast")] and len(stream) == 1

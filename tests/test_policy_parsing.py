@@ -10,8 +10,10 @@ from coevolve.policy.parsing import ParseResult, parse_tool_calls
 
 
 def test_single_and_multiple_calls_with_content():
-    text = ('Let me look.\n<tool_call>\n{"name": "cd", "arguments": {"folder": "document"}}\n</tool_call>\n'
-            '<tool_call>{"name": "ls", "arguments": {}}</tool_call>')
+    text = (
+        'Let me look.\n<tool_call>\n{"name": "cd", "arguments": {"folder": "document"}}\n</tool_call>\n'
+        '<tool_call>{"name": "ls", "arguments": {}}</tool_call>'
+    )
     r = parse_tool_calls(text)
     assert r.error is None
     assert r.calls == [ToolCall("cd", {"folder": "document"}), ToolCall("ls", {})]
@@ -57,11 +59,15 @@ def _mutate(rng: random.Random, text: str) -> str:
         if kind == 0:
             text = text[:i] + rng.choice('{}[]":,<>/\\ntool_call') + text[i:]
         elif kind == 1 and text:
-            text = text[:i] + text[i + 1:]
+            text = text[:i] + text[i + 1 :]
         elif kind == 2:
             text = text[:i]
         elif kind == 3:
-            text = text[:i] + rng.choice(["<tool_call>", "</tool_call>", "\x00", "\ud800", "9" * 5000, "[" * 3000]) + text[i:]
+            text = (
+                text[:i]
+                + rng.choice(["<tool_call>", "</tool_call>", "\x00", "\ud800", "9" * 5000, "[" * 3000])
+                + text[i:]
+            )
         elif kind == 4:
             text = text + text[:i]
         else:

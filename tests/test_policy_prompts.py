@@ -6,8 +6,14 @@ import pytest
 
 from coevolve.policy.models import resolve_model
 from coevolve.policy.prompts import (
-    SYSTEM_PROMPT, TokenCounter, compact_signature, fit_budget, render_prompt, render_tools,
-    to_wire, tokenize_for_training,
+    SYSTEM_PROMPT,
+    TokenCounter,
+    compact_signature,
+    fit_budget,
+    render_prompt,
+    render_tools,
+    to_wire,
+    tokenize_for_training,
 )
 
 MV = {
@@ -15,8 +21,11 @@ MV = {
     "description": "This tool belongs to the Gorilla file system. Tool description: Move a file. Second sentence.",
     "parameters": {
         "type": "dict",
-        "properties": {"source": {"type": "string"}, "destination": {"type": "string"},
-                       "tags": {"type": "array", "items": {"type": "string"}}},
+        "properties": {
+            "source": {"type": "string"},
+            "destination": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
         "required": ["source", "destination"],
     },
 }
@@ -39,8 +48,12 @@ def test_compact_and_json_renderings():
 
 
 def test_wire_messages_merge_tool_results():
-    conv = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "<tool_call>..</tool_call>"},
-            {"role": "tool", "content": "a"}, {"role": "tool", "content": "b"}]
+    conv = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "<tool_call>..</tool_call>"},
+        {"role": "tool", "content": "a"},
+        {"role": "tool", "content": "b"},
+    ]
     wire = to_wire(conv, [MV], "compact")
     assert [w["role"] for w in wire] == ["system", "user", "assistant", "user"]
     assert wire[0]["content"].startswith(SYSTEM_PROMPT) and "mv(" in wire[0]["content"]
@@ -52,9 +65,12 @@ def test_wire_messages_merge_tool_results():
 def _history(turns: int, obs: str = "ok") -> list[dict]:
     msgs = [{"role": "system", "content": "S"}]
     for t in range(turns):
-        msgs += [{"role": "user", "content": f"request {t} " * 5},
-                 {"role": "assistant", "content": f'<tool_call>{{"name": "ls", "arguments": {{"t": {t}}}}}</tool_call>'},
-                 {"role": "tool", "content": obs}, {"role": "assistant", "content": f"done {t}"}]
+        msgs += [
+            {"role": "user", "content": f"request {t} " * 5},
+            {"role": "assistant", "content": f'<tool_call>{{"name": "ls", "arguments": {{"t": {t}}}}}</tool_call>'},
+            {"role": "tool", "content": obs},
+            {"role": "assistant", "content": f"done {t}"},
+        ]
     return msgs
 
 
@@ -87,8 +103,14 @@ def test_render_prompt_never_exceeds_the_budget(tokenizer):
     for msgs in (_history(8, obs="y" * 5000), [{"role": "user", "content": "z " * 20000}]):
         p = render_prompt(msgs, [MV], tokenizer, tool_format="compact", max_context_tokens=512, max_new_tokens=64)
         assert len(p.ids) <= 512 - 64
-    huge = render_prompt([{"role": "user", "content": "z " * 20000}], [MV], tokenizer, tool_format="compact",
-                         max_context_tokens=512, max_new_tokens=64)
+    huge = render_prompt(
+        [{"role": "user", "content": "z " * 20000}],
+        [MV],
+        tokenizer,
+        tool_format="compact",
+        max_context_tokens=512,
+        max_new_tokens=64,
+    )
     assert huge.context_limit
     ok = render_prompt(_history(1), [MV], tokenizer, tool_format="compact", max_context_tokens=2048, max_new_tokens=64)
     assert not ok.context_limit and ok.text.endswith("<|im_start|>assistant\n")

@@ -6,20 +6,45 @@ from __future__ import annotations
 import time
 
 
-
 def test_stage_summaries_read_as_sentences():
     from flows.progress import describe, round_summary_markdown
 
-    text = describe("validate", {"candidates": 8, "accepted": 3, "pass_rate": 0.375,
-                                 "rejections": {"pass 1 replay": 4, "duplicate": 1}, "seconds": 2.0})
+    text = describe(
+        "validate",
+        {
+            "candidates": 8,
+            "accepted": 3,
+            "pass_rate": 0.375,
+            "rejections": {"pass 1 replay": 4, "duplicate": 1},
+            "seconds": 2.0,
+        },
+    )
     assert text.startswith("Accepted 3 of 8 candidates (pass rate 0.375).")
     assert "| pass 1 replay | 4 |" in text and "{" not in text
-    text = describe("evaluate", {"eval_score": 0.25, "eval_reward": 0.5, "n_eval": 4,
-                                 "per_category": {"multi_turn_base": {"n": 2, "accuracy": 0.5}}})
+    text = describe(
+        "evaluate",
+        {
+            "eval_score": 0.25,
+            "eval_reward": 0.5,
+            "n_eval": 4,
+            "per_category": {"multi_turn_base": {"n": 2, "accuracy": 0.5}},
+        },
+    )
     assert "Held-out score 0.25" in text and "| multi_turn_base | 0.5 |" in text
-    md = round_summary_markdown({"round": 2, "eval_score": 0.3, "signals_forgetting": 1, "signals_boundary": 2,
-                                 "signals_rare": 0, "n_candidates": 5, "n_accepted": 2, "pass_rate": 0.4,
-                                 "pool_size": 60, "t_total": 321.5})
+    md = round_summary_markdown(
+        {
+            "round": 2,
+            "eval_score": 0.3,
+            "signals_forgetting": 1,
+            "signals_boundary": 2,
+            "signals_rare": 0,
+            "n_candidates": 5,
+            "n_accepted": 2,
+            "pass_rate": 0.4,
+            "pool_size": 60,
+            "t_total": 321.5,
+        }
+    )
     assert md.startswith("Round 2 scored 0.3 on the held-out set, mined 3 signals")
     head, _, values = md.strip().splitlines()[-3:]
     assert head.split("|")[1].strip() == "held-out score" and values.split("|")[1].strip() == "0.3"
@@ -43,11 +68,19 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
         with StageProgress(store, cfg, 1, "train", poll_s=0.2):
             _emit("start", 1, "train", {})
             for step in (1, 2):  # what a trainer writes after each GRPO step
-                store.write("train_steps", 1, f"watched-train-s{step:04d}",
-                            [{"run_id": "watched", "step": step, "loss": 0.5 / step, "reward_mean": 0.1 * step}])
+                store.write(
+                    "train_steps",
+                    1,
+                    f"watched-train-s{step:04d}",
+                    [{"run_id": "watched", "step": step, "loss": 0.5 / step, "reward_mean": 0.1 * step}],
+                )
                 time.sleep(0.8)
-            _emit("done", 1, "train", {"n_rollouts": 16, "train_reward": 0.15, "train_success": 0.0,
-                                       "checkpoint": "ckpt", "seconds": 1.6})
+            _emit(
+                "done",
+                1,
+                "train",
+                {"n_rollouts": 16, "train_reward": 0.15, "train_success": 0.0, "checkpoint": "ckpt", "seconds": 1.6},
+            )
 
     @flow
     def watched() -> None:
@@ -57,7 +90,9 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
 
     async def read():
         async with get_client() as client:
-            arts = await client.read_artifacts(artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["progress"])))
+            arts = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["progress"]))
+            )
             logs = [log.message for log in await client.read_logs()]
             return arts, logs
 

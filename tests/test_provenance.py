@@ -90,11 +90,22 @@ def test_no_benchmark_question_or_ground_truth_reaches_the_training_side(sentine
     monkeypatch.setattr(sft, "run_sft", run_sft)
     # evaluation reads the benchmark by design and writes only phase-eval rows: not under test here
     monkeypatch.setitem(round_module._STAGE_FUNCS, "evaluate", lambda ctx: {"eval_score": None})
-    cfg = load_config(TINY, {  # as small as a real run gets: 1 SFT and 1 GRPO step per round
-        "store": str(tmp_path / "store"), "rounds": 2, "train.checkpoint_dir": str(tmp_path / "ckpt"),
-        "train.steps": 1, "train.sft_steps": 1, "train.sft_batch_size": 1, "train.tasks_per_step": 1,
-        "train.group_size": 2, "env.step_limit": 1, "policy.max_new_tokens": 32, "abstract.max_turns": 1,
-    })
+    cfg = load_config(
+        TINY,
+        {  # as small as a real run gets: 1 SFT and 1 GRPO step per round
+            "store": str(tmp_path / "store"),
+            "rounds": 2,
+            "train.checkpoint_dir": str(tmp_path / "ckpt"),
+            "train.steps": 1,
+            "train.sft_steps": 1,
+            "train.sft_batch_size": 1,
+            "train.tasks_per_step": 1,
+            "train.group_size": 2,
+            "env.step_limit": 1,
+            "policy.max_new_tokens": 32,
+            "abstract.max_turns": 1,
+        },
+    )
     rows = run_rounds(cfg)
     assert [r["round"] for r in rows] == [0, 1, 2]
 
@@ -131,17 +142,26 @@ def test_no_heldout_scenario_reaches_the_training_side(tmp_path, monkeypatch):
     probe = load_config(TINY, {"env.heldout_scenarios": [], "eval.scenarios": 0})
     drawn = sorted({bfcl_data.scenario_of(t.task_id) for t in synthesis_states(probe)})
     heldout = drawn[: len(drawn) // 2]
-    cfg = load_config(TINY, {
-        "store": str(tmp_path / "store"), "rounds": 1, "train.checkpoint_dir": str(tmp_path / "ckpt"),
-        "train.steps": 1, "train.sft_steps": 1, "train.sft_batch_size": 1, "train.tasks_per_step": 1,
-        "train.group_size": 2, "env.step_limit": 1, "policy.max_new_tokens": 32,
-        "env.heldout_scenarios": heldout,
-    })
+    cfg = load_config(
+        TINY,
+        {
+            "store": str(tmp_path / "store"),
+            "rounds": 1,
+            "train.checkpoint_dir": str(tmp_path / "ckpt"),
+            "train.steps": 1,
+            "train.sft_steps": 1,
+            "train.sft_batch_size": 1,
+            "train.tasks_per_step": 1,
+            "train.group_size": 2,
+            "env.step_limit": 1,
+            "policy.max_new_tokens": 32,
+            "env.heldout_scenarios": heldout,
+        },
+    )
     run_rounds(cfg)
     store = Store(cfg.store)
     heldout_states = {
-        json.dumps(t.initial_state["initial_config"], sort_keys=True)
-        for t in bfcl_data.scenario_states(heldout)
+        json.dumps(t.initial_state["initial_config"], sort_keys=True) for t in bfcl_data.scenario_states(heldout)
     }
     training_states = {
         json.dumps(t.initial_state["initial_config"], sort_keys=True)

@@ -9,14 +9,27 @@ import psutil
 import pytest
 
 from coevolve.reliability import (
-    CampaignConfig, ScenarioResult, concurrent_scenario, format_table, fuzz_outputs, kill_scenario, sample_points,
+    CampaignConfig,
+    ScenarioResult,
+    concurrent_scenario,
+    format_table,
+    fuzz_outputs,
+    kill_scenario,
+    sample_points,
 )
 from coevolve.s3_faults import FaultProxy
 
 CHEAP_RUN = {
-    "train.backend": "chaos_plugins:copy_trainer", "synth.scenarios": 2, "synth.contexts_per_scenario": 1,
-    "eval.scenarios": 1, "eval.categories": ["multi_turn_base"], "eval.step_limit": 1, "eval.max_new_tokens": 8,
-    "env.step_limit": 1, "explore.runs_per_context": 1, "explore.steps_per_run": 2,
+    "train.backend": "chaos_plugins:copy_trainer",
+    "synth.scenarios": 2,
+    "synth.contexts_per_scenario": 1,
+    "eval.scenarios": 1,
+    "eval.categories": ["multi_turn_base"],
+    "eval.step_limit": 1,
+    "eval.max_new_tokens": 8,
+    "env.step_limit": 1,
+    "explore.runs_per_context": 1,
+    "explore.steps_per_run": 2,
 }
 
 
@@ -29,8 +42,12 @@ def test_kill_points_cover_every_stage_in_order():
 
     counts = {"0:seed": 3, "1:train": 5, "1:signals": 1, "1:commit": 4}
     points = sample_points(counts, 6, random.Random(0))
-    assert len(points) == 6 and {(p["round"], p["stage"]) for p in points} == {(0, "seed"), (1, "train"),
-                                                                              (1, "signals"), (1, "commit")}
+    assert len(points) == 6 and {(p["round"], p["stage"]) for p in points} == {
+        (0, "seed"),
+        (1, "train"),
+        (1, "signals"),
+        (1, "commit"),
+    }
     order = [(p["round"], p["stage_idx"], p["op"]) for p in points]
     assert order == sorted(order)
 
@@ -51,16 +68,31 @@ def test_processes_committing_at_once_lose_nothing_local_and_s3(tmp_path, s3_end
     local = concurrent_scenario("local", str(tmp_path / "pool"), "", cc, tmp_path, log=print)
     _assert_clean(local)
     assert local.tried == 12  # 3 processes x 2 commits x (shared run id, own run ids)
-    s3 = concurrent_scenario("s3", f"s3://{s3_bucket}/pool", s3_endpoint, CampaignConfig(procs=2, commits=2),
-                             tmp_path, log=print, modes=("same-run-id",))
+    s3 = concurrent_scenario(
+        "s3",
+        f"s3://{s3_bucket}/pool",
+        s3_endpoint,
+        CampaignConfig(procs=2, commits=2),
+        tmp_path,
+        log=print,
+        modes=("same-run-id",),
+    )
     _assert_clean(s3)
 
 
 def test_commits_through_a_faulty_s3_proxy_lose_nothing(tmp_path, s3_endpoint, s3_bucket):
     proxy = FaultProxy(s3_endpoint, rate=0.2, seed=1, slow_s=0.2)
     try:
-        res = concurrent_scenario("faults", f"s3://{s3_bucket}/pool", proxy.url, CampaignConfig(procs=2, commits=2),
-                                  tmp_path, log=print, modes=("same-run-id",), check_endpoint=s3_endpoint)
+        res = concurrent_scenario(
+            "faults",
+            f"s3://{s3_bucket}/pool",
+            proxy.url,
+            CampaignConfig(procs=2, commits=2),
+            tmp_path,
+            log=print,
+            modes=("same-run-id",),
+            check_endpoint=s3_endpoint,
+        )
     finally:
         proxy.close()
     _assert_clean(res)

@@ -20,43 +20,101 @@ PNGS = {"score", "signals", "validation", "pool", "turns", "stage_times"}
 
 
 def _task(tid: str, origin: str, n_turns: int, round: int) -> dict:
-    return {"task_id": tid, "env": "bfcl-v3", "split": "train", "origin": origin, "turns": ["do it"] * n_turns,
-            "created_round": round, "content_hash": tid}
+    return {
+        "task_id": tid,
+        "env": "bfcl-v3",
+        "split": "train",
+        "origin": origin,
+        "turns": ["do it"] * n_turns,
+        "created_round": round,
+        "content_hash": tid,
+    }
 
 
-def fake_run(store: Store, run_id: str, scores: list[float], signals: list[dict[str, int]], passed: list[tuple[int, int]],
-             turns: list[list[int]]) -> None:
+def fake_run(
+    store: Store,
+    run_id: str,
+    scores: list[float],
+    signals: list[dict[str, int]],
+    passed: list[tuple[int, int]],
+    turns: list[list[int]],
+) -> None:
     """A run with ``len(scores)`` rounds written as the stages would: pool versions (2 seeds,
     then the accepted tasks with the given turn counts), signals, candidates, rounds rows."""
-    store.commit_pool(run_id=run_id, round=0, new_tasks=[_task(f"{run_id}-seed{i}", "seed", 2, 0) for i in range(2)],
-                      expected_parent=None)
+    store.commit_pool(
+        run_id=run_id,
+        round=0,
+        new_tasks=[_task(f"{run_id}-seed{i}", "seed", 2, 0) for i in range(2)],
+        expected_parent=None,
+    )
     for i, score in enumerate(scores):
         r = i + 1
-        store.write("signals", r, run_id, [
-            {"run_id": run_id, "signal_id": f"{t}{k}", "signal_type": t, "score": 1.0}
-            for t, n in signals[i].items() for k in range(n)
-        ])
+        store.write(
+            "signals",
+            r,
+            run_id,
+            [
+                {"run_id": run_id, "signal_id": f"{t}{k}", "signal_type": t, "score": 1.0}
+                for t, n in signals[i].items()
+                for k in range(n)
+            ],
+        )
         accepted, total = passed[i]
-        store.write("candidates", r, run_id, [
-            {"run_id": run_id, "candidate_id": f"c{k}", "verdict": "accepted" if k < accepted else "rejected", "reason": "x"}
-            for k in range(total)
-        ])
+        store.write(
+            "candidates",
+            r,
+            run_id,
+            [
+                {
+                    "run_id": run_id,
+                    "candidate_id": f"c{k}",
+                    "verdict": "accepted" if k < accepted else "rejected",
+                    "reason": "x",
+                }
+                for k in range(total)
+            ],
+        )
         latest = store.latest_pool()
-        store.commit_pool(run_id=run_id, round=r, expected_parent=latest.version,
-                          new_tasks=[_task(f"{run_id}-r{r}-{k}", "explored", n, r) for k, n in enumerate(turns[i])])
-        store.write("rounds", r, run_id, [{
-            "run_id": run_id, "eval_score": score, "pool_size": len(store.latest_pool().task_ids),
-            **{f"signals_{t}": n for t, n in signals[i].items()},
-            "t_train": 8.0, "t_signals": 0.5, "t_explore": 0.5, "t_abstract": 0.5, "t_validate": 0.5,
-            "t_commit": 0.0, "t_evaluate": 0.0, "t_total": 10.0,
-        }])
+        store.commit_pool(
+            run_id=run_id,
+            round=r,
+            expected_parent=latest.version,
+            new_tasks=[_task(f"{run_id}-r{r}-{k}", "explored", n, r) for k, n in enumerate(turns[i])],
+        )
+        store.write(
+            "rounds",
+            r,
+            run_id,
+            [
+                {
+                    "run_id": run_id,
+                    "eval_score": score,
+                    "pool_size": len(store.latest_pool().task_ids),
+                    **{f"signals_{t}": n for t, n in signals[i].items()},
+                    "t_train": 8.0,
+                    "t_signals": 0.5,
+                    "t_explore": 0.5,
+                    "t_abstract": 0.5,
+                    "t_validate": 0.5,
+                    "t_commit": 0.0,
+                    "t_evaluate": 0.0,
+                    "t_total": 10.0,
+                }
+            ],
+        )
 
 
 @pytest.fixture
 def run_store(tmp_path) -> Store:
     store = Store(str(tmp_path / "store"))
-    fake_run(store, "r1", scores=[0.25, 0.5], signals=[{"boundary": 3, "rare": 1}, {"boundary": 1, "rare": 2}],
-             passed=[(3, 4), (1, 4)], turns=[[1, 2, 2], [3]])
+    fake_run(
+        store,
+        "r1",
+        scores=[0.25, 0.5],
+        signals=[{"boundary": 3, "rare": 1}, {"boundary": 1, "rare": 2}],
+        passed=[(3, 4), (1, 4)],
+        turns=[[1, 2, 2], [3]],
+    )
     return store
 
 
@@ -96,15 +154,23 @@ def test_report_of_one_run_writes_every_plot_with_its_series(run_store, tmp_path
 def test_ablation_report_plots_means_and_seed_bands(tmp_path):
     root = Store(str(tmp_path / "abl"))
     rows = []
-    for cond, seed, scores in (("static", 0, [0.2, 0.4]), ("static", 1, [0.4, 0.6]),
-                               ("signal-guided", 0, [0.3, 0.7]), ("signal-guided", 1, [0.5, 0.9])):
+    for cond, seed, scores in (
+        ("static", 0, [0.2, 0.4]),
+        ("static", 1, [0.4, 0.6]),
+        ("signal-guided", 0, [0.3, 0.7]),
+        ("signal-guided", 1, [0.5, 0.9]),
+    ):
         rid = f"{cond}-s{seed}"
         sub = Store(f"{root.uri}/conditions/{rid}")
         fake_run(sub, rid, scores, [{"rare": 1}] * 2, [(1, 2)] * 2, [[2], [3]])
-        rows += [{"round": r + 1, "run_id": rid, "condition": cond, "seed": seed, "store": sub.uri, "eval_score": s}
-                 for r, s in enumerate(scores)]
+        rows += [
+            {"round": r + 1, "run_id": rid, "condition": cond, "seed": seed, "store": sub.uri, "eval_score": s}
+            for r, s in enumerate(scores)
+        ]
     for seed, score in ((0, 0.1), (1, 0.3)):
-        rows.append({"round": 0, "run_id": f"zero-shot-s{seed}", "condition": "zero-shot", "seed": seed, "eval_score": score})
+        rows.append(
+            {"round": 0, "run_id": f"zero-shot-s{seed}", "condition": "zero-shot", "seed": seed, "eval_score": score}
+        )
     for row in rows:
         root.write("ablations", row["round"], row["run_id"], [row])
 
@@ -127,8 +193,9 @@ def test_ablation_report_plots_means_and_seed_bands(tmp_path):
 
 def test_missing_columns_and_rows_skip_plots_with_a_note(tmp_path):
     empty = pl.DataFrame({"run_id": [], "condition": [], "seed": [], "round": []})
-    data = ReportData(ablation=False, rounds=empty, signals=empty, validation=empty, pool=empty, turns=empty,
-                      ablations=empty)
+    data = ReportData(
+        ablation=False, rounds=empty, signals=empty, validation=empty, pool=empty, turns=empty, ablations=empty
+    )
     for name, fn in PLOTS.items():
         fig, note = fn(data)
         assert fig is None and note.startswith(name.split("_")[0]), (name, note)

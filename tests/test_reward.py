@@ -59,7 +59,11 @@ def test_partial_reproduction_earns_scaled_credit(env, task):
 
 def test_wrong_argument_is_not_a_reproduction(env, task):
     cd, _mkdir, _mv = ref(task, 0)
-    wrong = [cd, ToolCall("mkdir", {"dir_name": "tmp"}), ToolCall("mv", {"source": "final_report.pdf", "destination": "tmp"})]
+    wrong = [
+        cd,
+        ToolCall("mkdir", {"dir_name": "tmp"}),
+        ToolCall("mv", {"source": "final_report.pdf", "destination": "tmp"}),
+    ]
     score = play(env, task, [wrong])
     assert not score.success and score.format == 1.0
     assert score.progress == pytest.approx(reward.PARTIAL_SCALE * 1 / 3 / 4)  # only cd(document) counts
@@ -90,13 +94,22 @@ def test_no_call_earns_nothing(env, task):
 def test_reproduced_matches_one_to_one_and_fills_defaults():
     owner = bfcl_data.method_owner(["GorillaFileSystem"])
     norm = lambda name, args: bfcl_data.normalized_arguments(name, args, owner)  # noqa: E731
-    refs = [{"name": "ls", "arguments": {}}, {"name": "ls", "arguments": {}}, {"name": "cd", "arguments": {"folder": "a"}}]
-    agent = [{"name": "ls", "arguments": {"a": False}, "error": None}, {"name": "cd", "arguments": {"folder": "a"}, "error": None}]
+    refs = [
+        {"name": "ls", "arguments": {}},
+        {"name": "ls", "arguments": {}},
+        {"name": "cd", "arguments": {"folder": "a"}},
+    ]
+    agent = [
+        {"name": "ls", "arguments": {"a": False}, "error": None},
+        {"name": "cd", "arguments": {"folder": "a"}, "error": None},
+    ]
     assert reward.reproduced(refs, agent, norm) == 2  # ls() == ls(a=False); one agent ls covers one reference ls
     assert reward.reproduced(refs, agent) == 1  # without the defaults filled in, ls(a=False) differs
     failed = [{"name": "cd", "arguments": {"folder": "a"}, "error": "no such folder"}]
     assert reward.reproduced(refs, failed, norm) == 0  # a failed call reproduces no effect...
-    assert reward.reproduced([{**refs[2], "error": "no such folder"}], failed, norm) == 1  # ...unless the reference failed too
+    assert (
+        reward.reproduced([{**refs[2], "error": "no such folder"}], failed, norm) == 1
+    )  # ...unless the reference failed too
     assert reward.reproduced([{"name": "add", "arguments": {"a": 1}}], [{"name": "add", "arguments": {"a": 1.0}}]) == 1
 
 
@@ -129,8 +142,9 @@ class Scripted:
 
 
 def test_rollout_rows_carry_the_parts(env, task):
-    (r,) = run_episodes(Scripted(task), env, [task], sampling=SamplingParams(), step_limit=4,
-                        phase="train", run_id="rw", round=1)
+    (r,) = run_episodes(
+        Scripted(task), env, [task], sampling=SamplingParams(), step_limit=4, phase="train", run_id="rw", round=1
+    )
     assert sum(1 for row in r.steps if row["parse_error"]) == 1
     assert r.score.n_calls == 4 and r.score.n_malformed == 1
     expected = 1 / 4 + reward.FORMAT_WEIGHT * 3 / 4

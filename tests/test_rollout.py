@@ -16,8 +16,11 @@ from coevolve.schemas import to_table
 from coevolve.tasks import Task
 
 TOOLS = [
-    {"name": "add", "description": "Add x to the counter.",
-     "parameters": {"type": "dict", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+    {
+        "name": "add",
+        "description": "Add x to the counter.",
+        "parameters": {"type": "dict", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+    },
     {"name": "get", "description": "Read the counter.", "parameters": {"type": "dict", "properties": {}}},
 ]
 
@@ -76,11 +79,20 @@ class CounterEnv:
 
 
 def make_tasks(n: int) -> list[Task]:
-    return [Task(task_id=f"t{i}", env="counter", turns=["add 2", "", "add 3 then read"],
-                 initial_state={"value": i, "expected": [i + 2, i + 2, i + 5]},
-                 reference_actions=[[{"name": "add", "arguments": {"x": 2}}], [],
-                                    [{"name": "add", "arguments": {"x": 3}}, {"name": "get", "arguments": {}}]])
-            for i in range(n)]
+    return [
+        Task(
+            task_id=f"t{i}",
+            env="counter",
+            turns=["add 2", "", "add 3 then read"],
+            initial_state={"value": i, "expected": [i + 2, i + 2, i + 5]},
+            reference_actions=[
+                [{"name": "add", "arguments": {"x": 2}}],
+                [],
+                [{"name": "add", "arguments": {"x": 3}}, {"name": "get", "arguments": {}}],
+            ],
+        )
+        for i in range(n)
+    ]
 
 
 def call(name: str, **args) -> str:
@@ -98,8 +110,10 @@ class Scripted:
     def chat(self, conversations, tools, sampling, meta=None):
         self.batches.append(len(conversations))
         self.metas += meta
-        return [Generation(text=self.script(m, c), prompt_tokens=10, completion_tokens=7)
-                for m, c in zip(meta, conversations)]
+        return [
+            Generation(text=self.script(m, c), prompt_tokens=10, completion_tokens=7)
+            for m, c in zip(meta, conversations)
+        ]
 
 
 def reference_script(m, conv):
@@ -119,13 +133,21 @@ def run(policy, tasks, env=None, **kw):
 def test_reference_replay_succeeds_and_rows_follow_the_schema():
     tasks = make_tasks(3)
     seen = []
-    results = run(Scripted(reference_script), tasks, n_samples=2, train_step=5, progress=lambda d, t: seen.append((d, t)))
+    results = run(
+        Scripted(reference_script), tasks, n_samples=2, train_step=5, progress=lambda d, t: seen.append((d, t))
+    )
     assert [(r.task_id, r.sample_idx) for r in results] == [(t.task_id, s) for t in tasks for s in range(2)]
     assert all(r.score.success and r.score.reward == 1.0 for r in results)
     assert seen[-1] == (6, 6) and len(seen) == 6
     r = results[0]
     assert [(s["turn"], s["step"], s["action_name"]) for s in r.steps] == [
-        (0, 0, "add"), (0, 1, None), (1, 0, None), (2, 0, "add"), (2, 1, "get"), (2, 2, None)]
+        (0, 0, "add"),
+        (0, 1, None),
+        (1, 0, None),
+        (2, 0, "add"),
+        (2, 1, "get"),
+        (2, 2, None),
+    ]
     assert [s["n_tokens"] for s in r.steps] == [7, 7, 7, 7, 0, 7], "a message's tokens count once"
     assert r.n_generated_tokens == 5 * 7
     assert all(s["episode_reward"] == 1.0 and s["success"] and s["policy_version"] == "script-v1" for s in r.steps)
@@ -201,8 +223,10 @@ class _Empty:
 def test_context_limit_ends_the_episode():
     class Full(Scripted):
         def chat(self, conversations, tools, sampling, meta=None):
-            return [Generation(text="", prompt_tokens=0, completion_tokens=0, finish_reason="context_limit")
-                    for _ in conversations]
+            return [
+                Generation(text="", prompt_tokens=0, completion_tokens=0, finish_reason="context_limit")
+                for _ in conversations
+            ]
 
     (r,) = run(Full(None), make_tasks(1))
     assert r.finish_reason == "context_limit" and r.steps[-1]["finish_reason"] == "context_limit"
@@ -253,8 +277,19 @@ def test_bfcl_episodes_with_the_tiny_model_record_every_step(tiny_cfg, one_threa
     sampling = SamplingParams(temperature=1.0, max_new_tokens=16)
 
     def go():
-        return run_episodes(load_policy(tiny_cfg), env, tasks, n_samples=2, sampling=sampling, step_limit=2,
-                            phase="eval", run_id="bfcl", round=0, batch_size=4, seed=3)
+        return run_episodes(
+            load_policy(tiny_cfg),
+            env,
+            tasks,
+            n_samples=2,
+            sampling=sampling,
+            step_limit=2,
+            phase="eval",
+            run_id="bfcl",
+            round=0,
+            batch_size=4,
+            seed=3,
+        )
 
     first = go()
     for r in first:

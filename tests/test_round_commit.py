@@ -23,16 +23,18 @@ run_stage(Store(cfg.store), cfg, 1, "commit")
 
 
 def _row(task_id: str) -> dict:
-    return Task(task_id=task_id, env="bfcl-v3", turns=["do"], initial_state={}, reference_actions=[[]],
-                split="train").to_row()
+    return Task(
+        task_id=task_id, env="bfcl-v3", turns=["do"], initial_state={}, reference_actions=[[]], split="train"
+    ).to_row()
 
 
 def _candidates(store: Store) -> None:
     rows = []
     for i in range(3):
         task = Task(task_id=f"new-{i}", env="bfcl-v3", turns=["do"], initial_state={}, reference_actions=[[]])
-        rows.append({"run_id": "r", "candidate_id": f"c{i}", "spec": task.to_json(), "verdict": "accepted",
-                     "reason": "ok"})
+        rows.append(
+            {"run_id": "r", "candidate_id": f"c{i}", "spec": task.to_json(), "verdict": "accepted", "reason": "ok"}
+        )
     store.write("candidates", 1, "r-candidates", rows)
 
 
@@ -45,8 +47,7 @@ def test_commit_stage_killed_between_manifest_and_pointer_resumes(tmp_path):
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert store.stage_done("r", 1, "commit") is None and store.pool_versions() == [1]
     # another run commits meanwhile: the orphan must not block it
-    other = store.commit_pool(run_id="other", round=1, new_tasks=[_row("o")],
-                              expected_parent=1)
+    other = store.commit_pool(run_id="other", round=1, new_tasks=[_row("o")], expected_parent=1)
     assert other.version == 3
     cfg = load_config(None, {"store": root, "run_name": "r"})
     summary = run_stage(store, cfg, 1, "commit")

@@ -45,10 +45,23 @@ def episode(
     for i, name in enumerate(actions):
         step = sum(1 for t in turns[:i] if t == turns[i])
         rows.append(
-            dict(run_id=run, round=round, phase=phase, task_id=task, episode_id=eid, sample_idx=0,
-                 train_step=train_step, epoch=epoch, turn=turns[i], step=step, action_name=name,
-                 action_args=args, parse_error="bad json" if i in parse_errors else None,
-                 episode_reward=reward, success=success)
+            dict(
+                run_id=run,
+                round=round,
+                phase=phase,
+                task_id=task,
+                episode_id=eid,
+                sample_idx=0,
+                train_step=train_step,
+                epoch=epoch,
+                turn=turns[i],
+                step=step,
+                action_name=name,
+                action_args=args,
+                parse_error="bad json" if i in parse_errors else None,
+                episode_reward=reward,
+                success=success,
+            )
         )
     return rows
 
@@ -82,24 +95,36 @@ def keys(table, col: str = "task_id") -> set:
 def forgetting_log(tmp_path):
     T, F = True, False
     rows = (
-        group("forgot", [T] * 4, round=1) + group("forgot", [F] * 4, round=2)
-        + group("half_before", [T, T, F, F], round=1) + group("half_before", [F] * 4)   # 0.5 counts
+        group("forgot", [T] * 4, round=1)
+        + group("forgot", [F] * 4, round=2)
+        + group("half_before", [T, T, F, F], round=1)
+        + group("half_before", [F] * 4)  # 0.5 counts
         # success near misses whose reward does not fall by 0.2 either
-        + group("below_before", [T, F, F, F], round=1) + group("below_before", [(F, 0.1)] * 4)  # 0.25: miss
-        + group("not_zero_now", [T] * 4, round=1) + group("not_zero_now", [T] + [(F, 0.9)] * 3)  # now 0.25: miss
+        + group("below_before", [T, F, F, F], round=1)
+        + group("below_before", [(F, 0.1)] * 4)  # 0.25: miss
+        + group("not_zero_now", [T] * 4, round=1)
+        + group("not_zero_now", [T] + [(F, 0.9)] * 3)  # now 0.25: miss
         + group("within_round", [T] * 4, epoch=0, train_step=1)
         + group("within_round", [F] * 4, epoch=1, train_step=7)
-        + group("one_sample", [T], round=1) + group("one_sample", [F])
+        + group("one_sample", [T], round=1)
+        + group("one_sample", [F])
         + group("one_round_only", [F] * 4)
-        + group("all_fail", [F] * 4, round=1) + group("all_fail", [F] * 4)
-        + group("null_now", [T] * 4, round=1) + group("null_now", [None] * 4)
+        + group("all_fail", [F] * 4, round=1)
+        + group("all_fail", [F] * 4)
+        + group("null_now", [T] * 4, round=1)
+        + group("null_now", [None] * 4)
         + group("stale", [T] * 4, round=1)  # not observed in round 2: nothing to say now
-        + group("recovered", [T] * 4, round=1) + group("recovered", [F] * 4, epoch=0)
+        + group("recovered", [T] * 4, round=1)
+        + group("recovered", [F] * 4, epoch=0)
         + group("recovered", [T] * 4, epoch=1)
-        + group("eval_leak", [T] * 4, round=1) + group("eval_leak", [T] * 4)
+        + group("eval_leak", [T] * 4, round=1)
+        + group("eval_leak", [T] * 4)
         + group("eval_leak", [F] * 4, phase="eval", epoch=None, train_step=None)
-        + group("other_run", [T] * 4, round=1, run="other") + group("other_run", [F] * 4)
-        + group("future", [T] * 4, round=1) + group("future", [F] * 4) + group("future", [T] * 4, round=3)
+        + group("other_run", [T] * 4, round=1, run="other")
+        + group("other_run", [F] * 4)
+        + group("future", [T] * 4, round=1)
+        + group("future", [F] * 4)
+        + group("future", [T] * 4, round=3)
         # many steps per episode, all failing to parse: still episodes that failed
         + group("parse_errors", [T] * 2, round=1, actions=["a", "b"])
         + group("parse_errors", [F] * 2, actions=["a", "b"], parse_errors=(0, 1))
@@ -129,7 +154,9 @@ def test_forgetting_parameters(forgetting_log):
     assert "not_zero_now" in keys(found(forgetting_log, forget_now_max=0.25)["forgetting"])
     assert "below_before" in keys(found(forgetting_log, forget_reward_drop=0.15)["forgetting"])  # 0.25 -> 0.1
     # success drops alone: the same tasks (their rewards are 1 and 0)
-    assert keys(found(forgetting_log, forget_reward_drop=2.0)["forgetting"]) == keys(found(forgetting_log)["forgetting"])
+    assert keys(found(forgetting_log, forget_reward_drop=2.0)["forgetting"]) == keys(
+        found(forgetting_log)["forgetting"]
+    )
     assert keys(found(forgetting_log, round=1)["forgetting"]) == set()
     assert "future" not in keys(found(forgetting_log, round=3)["forgetting"])
 
@@ -139,19 +166,26 @@ def test_forgetting_on_a_drop_in_reward(tmp_path):
     falls by >= forget_reward_drop against its best earlier round, epoch or step."""
     F = False
     rows = (
-        group("reward_fell", [(F, 0.5)] * 4, round=1) + group("reward_fell", [(F, 0.25)] * 4)  # 0.25
-        + group("at_threshold", [(F, 0.45)] * 4, round=1) + group("at_threshold", [(F, 0.25)] * 4)  # 0.2 exactly
-        + group("just_under", [(F, 0.44)] * 4, round=1) + group("just_under", [(F, 0.25)] * 4)  # 0.19: miss
-        + group("rose", [(F, 0.2)] * 4, round=1) + group("rose", [(F, 0.5)] * 4)  # miss
-        + group("null_now", [(F, 0.6)] * 4, round=1) + group("null_now", [(None, None)] * 4)  # nothing to compare: miss
+        group("reward_fell", [(F, 0.5)] * 4, round=1)
+        + group("reward_fell", [(F, 0.25)] * 4)  # 0.25
+        + group("at_threshold", [(F, 0.45)] * 4, round=1)
+        + group("at_threshold", [(F, 0.25)] * 4)  # 0.2 exactly
+        + group("just_under", [(F, 0.44)] * 4, round=1)
+        + group("just_under", [(F, 0.25)] * 4)  # 0.19: miss
+        + group("rose", [(F, 0.2)] * 4, round=1)
+        + group("rose", [(F, 0.5)] * 4)  # miss
+        + group("null_now", [(F, 0.6)] * 4, round=1)
+        + group("null_now", [(None, None)] * 4)  # nothing to compare: miss
         # the small round of the embedded default: two GRPO steps of one epoch
         + group("within_round", [(F, 0.1), (F, 0.6), (F, 0.6), (F, 0.3)], epoch=0, train_step=0)
         + group("within_round", [(F, 0.1), (F, 0.1), (F, 0.35), (F, 0.1)], epoch=0, train_step=1)
         # against the best earlier point, not the latest earlier one
-        + group("best_earlier", [(F, 0.6)] * 4, round=1) + group("best_earlier", [(F, 0.4)] * 4, epoch=0)
+        + group("best_earlier", [(F, 0.6)] * 4, round=1)
+        + group("best_earlier", [(F, 0.4)] * 4, epoch=0)
         + group("best_earlier", [(F, 0.35)] * 4, epoch=1)
         # both criteria hold: the larger drop is the score
-        + group("both", [(True, 1.0), (True, 1.0), (F, 0.5), (F, 0.5)], round=1) + group("both", [(F, 0.1)] * 4)
+        + group("both", [(True, 1.0), (True, 1.0), (F, 0.5), (F, 0.5)], round=1)
+        + group("both", [(F, 0.1)] * 4)
     )
     got = found(make_store(tmp_path, rows))["forgetting"]
     assert keys(got) == {"reward_fell", "at_threshold", "within_round", "best_earlier", "both"}
@@ -189,9 +223,12 @@ def boundary_log(tmp_path):
         + group("half_null", [(T, 1.0), (F, 0.0), (None, None), (None, None)])  # 2 scored: miss
         + group("one_sample", [T])
         + group("earlier_round", [T, T, F, F], round=1)
-        + group("across_steps", [T, T], epoch=0, train_step=0) + group("across_steps", [F, F], epoch=1, train_step=3)
-        + group("eval_leak", [T] * 4) + group("eval_leak", [F] * 4, phase="eval", epoch=None, train_step=None)
-        + group("other_run", [T] * 4) + group("other_run", [F] * 4, run="other")
+        + group("across_steps", [T, T], epoch=0, train_step=0)
+        + group("across_steps", [F, F], epoch=1, train_step=3)
+        + group("eval_leak", [T] * 4)
+        + group("eval_leak", [F] * 4, phase="eval", epoch=None, train_step=None)
+        + group("other_run", [T] * 4)
+        + group("other_run", [F] * 4, run="other")
         + group(None, [T, T, F, F])  # no task to explore from
     )
     return make_store(tmp_path, rows)
@@ -252,7 +289,13 @@ def test_rare_is_relative_to_the_round(rare_log):
     assert keys(got, "pattern") == {"mv > cp", "g > h"}
     rec = {r["pattern"]: r for r in got.to_pylist()}
     mv = rec["mv > cp"]
-    assert (mv["n_occurrences"], mv["n_episodes"], mv["total"], mv["cutoff"], mv["actions"]) == (2, 2, total, 2, ["mv", "cp"])
+    assert (mv["n_occurrences"], mv["n_episodes"], mv["total"], mv["cutoff"], mv["actions"]) == (
+        2,
+        2,
+        total,
+        2,
+        ["mv", "cp"],
+    )
     assert mv["task_ids"] == ["t0", "t1"] and len(mv["episode_ids"]) == 2
     assert mv["score"] == pytest.approx(total / 2) and mv["share"] == pytest.approx(2 / total)
     # the old absolute cap (1% of all n-grams) would have found nothing in this round
@@ -288,7 +331,9 @@ def test_rare_patterns_with_argument_keys(tmp_path):
         rows += episode("t3", actions=["cd", "ls"], args="not json")
     for i in range(3):  # the most frequent pattern, never rare
         rows += episode("t4", actions=["pwd", "ls"], args="{}")
-    got = found(make_store(tmp_path, rows), rare_with_arg_keys=True, rare_quantile=1.0, rare_min_total=0)["rare"].to_pylist()
+    got = found(make_store(tmp_path, rows), rare_with_arg_keys=True, rare_quantile=1.0, rare_min_total=0)[
+        "rare"
+    ].to_pylist()
     assert {r["pattern"]: r["actions"] for r in got} == {
         "cd(a,b) > ls(a,b)": ["cd", "ls"],
         "cd() > ls()": ["cd", "ls"],
@@ -298,7 +343,9 @@ def test_rare_patterns_with_argument_keys(tmp_path):
 # --------------------------------------------------------------------------- the runner
 def test_mine_signals_budget_is_new_ids_and_rewrites(tmp_path):
     T, F = True, False
-    round1 = group("b1", [T, F, F, F], round=1) + group("b2", [T, T, F, F], round=1) + group("b3", [T, T, F, F], round=1)
+    round1 = (
+        group("b1", [T, F, F, F], round=1) + group("b2", [T, T, F, F], round=1) + group("b3", [T, T, F, F], round=1)
+    )
     round1 += group("b0", [T, T, F, F], round=1) + group("f1", [T] * 4, round=1)
     round2 = group("b2", [T, T, F, F]) + group("b3", [T] * 4) + group("b4", [T, T, F, F]) + group("f1", [F] * 4)
     store = make_store(tmp_path, round1 + round2)
@@ -337,8 +384,10 @@ def test_a_small_round_mines_every_kind_with_the_defaults(tmp_path):
 
     four = lambda a: [a] * 4  # noqa: E731
     rows = (
-        step("A", 0, [0.6, 0.6, 1.0, 0.35], four(["ls"]), 1) + step("B", 0, [0.1, 0.1, 0.0, 0.1], four(["ls"]), 1)
-        + step("C", 1, [0.1] * 4, four(["ls"]), 1) + step("D", 1, [1.0] * 4, four(["ls"]), 1)
+        step("A", 0, [0.6, 0.6, 1.0, 0.35], four(["ls"]), 1)
+        + step("B", 0, [0.1, 0.1, 0.0, 0.1], four(["ls"]), 1)
+        + step("C", 1, [0.1] * 4, four(["ls"]), 1)
+        + step("D", 1, [1.0] * 4, four(["ls"]), 1)
         # round 2
         + step("A", 0, [0.1, 0.35, 0.1, 0.6], [["ls", "cd"], ["ls", "cd", "cat"], ["ls", "cd"], ["ls", "cd"]], 2)
         + step("C", 0, [0.1] * 4, [["pwd", "ls"]] * 3 + [["pwd"]], 2)
@@ -365,7 +414,8 @@ def test_mine_signals_over_s3(s3_endpoint, s3_bucket):
         store.write("rollouts", r, "log", [row | {"round": r} for row in rows])
     table = mine_signals(store, SignalsConfig(), RUN, 2)
     assert {(r["signal_type"], r["task_id"] or r["pattern"]) for r in table.to_pylist()} == {
-        ("boundary", "b"), ("rare", "x > y")
+        ("boundary", "b"),
+        ("rare", "x > y"),
     }
     assert store.read("signals").num_rows == 2
 
@@ -374,8 +424,14 @@ def test_mine_signals_over_s3(s3_endpoint, s3_bucket):
 def test_pandas_reference_matches_sql_on_a_synthetic_log(tmp_path):
     planted = generate_log(tmp_path, 60_000, rounds=3, chunk_rows=20_000)
     con = connect(Store(str(tmp_path)))
-    other = SignalsConfig(rare_n=3, include_parse_errors=True, phases=["train", "eval"], rare_quantile=0.6,
-                          forget_reward_drop=0.1, forget_before_min=0.75)
+    other = SignalsConfig(
+        rare_n=3,
+        include_parse_errors=True,
+        phases=["train", "eval"],
+        rare_quantile=0.6,
+        forget_reward_drop=0.1,
+        forget_before_min=0.75,
+    )
     for cfg in (SignalsConfig(), other):
         for r in (1, 3):
             sql = canonical(run_queries(con, cfg, "bench", r))
@@ -388,7 +444,11 @@ def test_pandas_reference_matches_sql_on_a_synthetic_log(tmp_path):
 
 def test_compare_reports_differences():
     a = {"forgetting": [{"task_id": "t", "score": 1.0}], "boundary": [], "rare": [{"pattern": "p", "score": 2.0}]}
-    b = {"forgetting": [{"task_id": "t", "score": 0.5}], "boundary": [{"task_id": "u", "score": 1.0}], "rare": [{"pattern": "p", "score": 2.0}]}
+    b = {
+        "forgetting": [{"task_id": "t", "score": 0.5}],
+        "boundary": [{"task_id": "u", "score": 1.0}],
+        "rare": [{"pattern": "p", "score": 2.0}],
+    }
     problems = compare(a, b)
     assert len(problems) == 2 and "score" in problems[0] and "only pandas ['u']" in problems[1]
 
@@ -397,13 +457,34 @@ def test_cli_signals_and_bench(forgetting_log, tmp_path):
     from coevolve.cli import app
 
     runner = CliRunner()
-    res = runner.invoke(app, ["signals", "--store", forgetting_log.uri, "--round", "2", "--run", RUN, "--format", "json"])
+    res = runner.invoke(
+        app, ["signals", "--store", forgetting_log.uri, "--round", "2", "--run", RUN, "--format", "json"]
+    )
     assert res.exit_code == 0, res.output
     rows = json.loads(res.output.splitlines()[-1])
     assert {r["task_id"] for r in rows if r["signal_type"] == "forgetting"} == {
-        "forgot", "half_before", "within_round", "one_sample", "future", "parse_errors"
+        "forgot",
+        "half_before",
+        "within_round",
+        "one_sample",
+        "future",
+        "parse_errors",
     }
-    res = runner.invoke(app, ["signals", "--store", forgetting_log.uri, "--round", "2", "--run", RUN, "--set", "budget_per_type=1", "--mine"])
+    res = runner.invoke(
+        app,
+        [
+            "signals",
+            "--store",
+            forgetting_log.uri,
+            "--round",
+            "2",
+            "--run",
+            RUN,
+            "--set",
+            "budget_per_type=1",
+            "--mine",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "1 forgetting" in res.output and "forgot" in res.output
 

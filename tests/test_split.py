@@ -77,8 +77,22 @@ def test_cli_eval_limit_evaluates_heldout_entries_only(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(data))
     store = tmp_path / "store"
-    res = CliRunner().invoke(app, ["eval", "--config", str(config), "--limit", "4",
-                                   "--category", "multi_turn_base", "--store", str(store), "--run-id", "split"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--config",
+            str(config),
+            "--limit",
+            "4",
+            "--category",
+            "multi_turn_base",
+            "--store",
+            str(store),
+            "--run-id",
+            "split",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "multi_turn_base" in res.output and "/4" in res.output
     cfg = load_config(config)

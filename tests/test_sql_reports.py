@@ -15,9 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted((ROOT / "sql" / "reports").glob("*.sql"))
 runner = CliRunner()
 # every stage, almost no work (see test_nightly.py)
-FAST = {"train.steps": 0, "train.sft_steps": 0, "explore.contexts": 2, "explore.runs_per_context": 1,
-        "validate.solver": "none", "eval.categories": ["multi_turn_base"], "eval.step_limit": 1,
-        "eval.max_new_tokens": 8}
+FAST = {
+    "train.steps": 0,
+    "train.sft_steps": 0,
+    "explore.contexts": 2,
+    "explore.runs_per_context": 1,
+    "validate.solver": "none",
+    "eval.categories": ["multi_turn_base"],
+    "eval.step_limit": 1,
+    "eval.max_new_tokens": 8,
+}
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +40,33 @@ def tiny_store(tmp_path_factory) -> str:
     run_rounds(cfg)
     store = Store(str(root))
     sig = {"run_id": "tiny", "signal_type": "boundary", "score": 0.5, "evidence": "{}", "is_new": True}
-    store.write("signals", 1, "tiny-test", [{**sig, "signal_id": "b1", "task_id": "task-a", "rank": 1},
-                                            {**sig, "signal_id": "b2", "task_id": "task-b", "rank": 2}])
+    store.write(
+        "signals",
+        1,
+        "tiny-test",
+        [
+            {**sig, "signal_id": "b1", "task_id": "task-a", "rank": 1},
+            {**sig, "signal_id": "b2", "task_id": "task-b", "rank": 2},
+        ],
+    )
     store.write("signals", 2, "tiny-test", [{**sig, "signal_id": "b1", "task_id": "task-b", "rank": 1}])
-    store.write("rollouts", 2, "tiny-test", [{"run_id": "tiny", "phase": "train", "task_id": "task-a", "episode_id": "e",
-                                              "sample_idx": 0, "turn": 0, "step": 0, "success": True}])
+    store.write(
+        "rollouts",
+        2,
+        "tiny-test",
+        [
+            {
+                "run_id": "tiny",
+                "phase": "train",
+                "task_id": "task-a",
+                "episode_id": "e",
+                "sample_idx": 0,
+                "turn": 0,
+                "step": 0,
+                "success": True,
+            }
+        ],
+    )
     return str(root)
 
 
@@ -53,7 +82,9 @@ def test_every_report_has_a_header_and_runs(tiny_store):
         header = [line for line in path.read_text().splitlines() if line.startswith("--")]
         text = " ".join(header)
         assert all(k in text for k in ("Grain:", "Parameters:", "Columns:")), path.name
-        rows = _json(tiny_store, "--file", str(path), *(["--param", "task_id="] if "$task_id" in path.read_text() else []))
+        rows = _json(
+            tiny_store, "--file", str(path), *(["--param", "task_id="] if "$task_id" in path.read_text() else [])
+        )
         assert rows, f"{path.name} returned nothing on a two-round store"
 
 
@@ -93,7 +124,9 @@ def test_wide_results_switch_to_a_vertical_layout_in_80_columns(tiny_store):
     lines = out.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     assert "-[ record 1 ]" in out.stdout and any(line.startswith("eval_score ") for line in lines)
-    narrow = runner.invoke(app, ["sql", "--store", tiny_store, "select round, pool_size from rounds"], terminal_width=80)
+    narrow = runner.invoke(
+        app, ["sql", "--store", tiny_store, "select round, pool_size from rounds"], terminal_width=80
+    )
     assert "-[ record" not in narrow.stdout and "pool_size" in narrow.stdout  # narrow results stay a grid
 
 

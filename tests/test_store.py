@@ -201,8 +201,11 @@ def test_kill_between_manifest_and_pointer_then_other_writers_number_past(tmp_pa
 def test_store_s3_client_settings_reach_boto3(s3_endpoint):
     from coevolve.store import S3Client
 
-    store = Store("s3://b/p", endpoint_url=s3_endpoint, client=S3Client(retry_mode="adaptive", max_attempts=7,
-                                                                          connect_timeout_s=2, read_timeout_s=9))
+    store = Store(
+        "s3://b/p",
+        endpoint_url=s3_endpoint,
+        client=S3Client(retry_mode="adaptive", max_attempts=7, connect_timeout_s=2, read_timeout_s=9),
+    )
     cfg = store._s3.meta.config
     assert cfg.retries == {"mode": "adaptive", "total_max_attempts": 7}
     assert (cfg.connect_timeout, cfg.read_timeout) == (2, 9)

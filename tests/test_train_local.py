@@ -56,8 +56,11 @@ class PickEpisode:
 
     def score(self) -> EpisodeScore:
         passed = self.passed + [0.0] * (self.n_turns - len(self.passed))
-        return EpisodeScore(success=all(p == 1.0 for p in passed), reward=sum(passed) / self.n_turns,
-                            turn_passed=[p == 1.0 for p in passed])
+        return EpisodeScore(
+            success=all(p == 1.0 for p in passed),
+            reward=sum(passed) / self.n_turns,
+            turn_passed=[p == 1.0 for p in passed],
+        )
 
 
 @register("environment", "test-pick")
@@ -74,8 +77,16 @@ class PickEnvironment:
                 f = FUNCTIONS[i % len(FUNCTIONS)] if category == "named" else "grep"
                 what = f"call {f}" if category == "named" else "call the usual"
                 text = f"{rng.choice(WORDS)} {rng.choice(WORDS)}, {what}"
-                tasks.append(Task(task_id=f"{category}-{i:02d}", env=self.name, turns=[text], category=category,
-                                  initial_state={}, reference_actions=[[{"name": f, "arguments": {}}]]))
+                tasks.append(
+                    Task(
+                        task_id=f"{category}-{i:02d}",
+                        env=self.name,
+                        turns=[text],
+                        category=category,
+                        initial_state={},
+                        reference_actions=[[{"name": f, "arguments": {}}]],
+                    )
+                )
         return tasks[:limit] if limit else tasks
 
     def episode(self, task: Task) -> PickEpisode:
@@ -83,14 +94,25 @@ class PickEnvironment:
 
 
 def _config(tmp_path, **train):
-    return load_config(None, {
-        "run_name": "pick", "store": str(tmp_path / "store"), "seed": 0,
-        "env.name": "test-pick", "env.step_limit": 2,
-        "policy.model": "tiny", "policy.max_new_tokens": 24, "policy.max_context_tokens": 512,
-        "policy.batch_size": 32, "policy.temperature": 1.0,
-        "train.checkpoint_dir": str(tmp_path / "ckpt"), "train.lora": False, "train.threads": 1,
-        **{f"train.{k}": v for k, v in train.items()},
-    })
+    return load_config(
+        None,
+        {
+            "run_name": "pick",
+            "store": str(tmp_path / "store"),
+            "seed": 0,
+            "env.name": "test-pick",
+            "env.step_limit": 2,
+            "policy.model": "tiny",
+            "policy.max_new_tokens": 24,
+            "policy.max_context_tokens": 512,
+            "policy.batch_size": 32,
+            "policy.temperature": 1.0,
+            "train.checkpoint_dir": str(tmp_path / "ckpt"),
+            "train.lora": False,
+            "train.threads": 1,
+            **{f"train.{k}": v for k, v in train.items()},
+        },
+    )
 
 
 @pytest.fixture
@@ -106,8 +128,18 @@ def one_thread():
 def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempotently(tmp_path, one_thread):
     tasks = PickEnvironment().load_tasks(limit=8)
     store = Store(str(tmp_path / "store"))
-    cfg = _config(tmp_path, sft_steps=2, steps=2, tasks_per_step=2, group_size=2, lora=True, lora_r=4,
-                  kl_coef=0.1, micro_batch_size=3, lr=1e-3)
+    cfg = _config(
+        tmp_path,
+        sft_steps=2,
+        steps=2,
+        tasks_per_step=2,
+        group_size=2,
+        lora=True,
+        lora_r=4,
+        kl_coef=0.1,
+        micro_batch_size=3,
+        lr=1e-3,
+    )
     first = train_round(store, cfg, "pick", 1, "tiny", tasks)
     again = train_round(store, cfg, "pick", 1, "tiny", tasks)  # a rerun replaces its parts
     rows = store.read("rollouts").to_pylist()
@@ -129,7 +161,9 @@ def test_trainers_are_registered_without_importing_their_backends():
     import subprocess
     import sys
 
-    code = ("import sys; from coevolve.registry import names; print(names('trainer'), "
-            "'verl' in sys.modules, 'torch' in sys.modules)")
+    code = (
+        "import sys; from coevolve.registry import names; print(names('trainer'), "
+        "'verl' in sys.modules, 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['local', 'verl'] False False"

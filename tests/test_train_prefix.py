@@ -75,8 +75,9 @@ def test_shared_prefix_matches_whole_sequences(lora: bool) -> None:
 
 def test_a_group_shares_its_prompt_up_to_the_first_sampled_token() -> None:
     prompt = list(range(10, 50))
-    seqs = [TokenSequence(ids=prompt + [60 + k, 61, 62], mask=[0] * 40 + [1] * 3, logprobs=[0.0] * 43)
-            for k in range(4)]
+    seqs = [
+        TokenSequence(ids=prompt + [60 + k, 61, 62], mask=[0] * 40 + [1] * 3, logprobs=[0.0] * 43) for k in range(4)
+    ]
     (chunk,) = plan(seqs, 0, None, share_prefix=True, min_prefix=16)
     # the token before the first sampled one predicts it: it stays with the members
     assert len(chunk.prefix) == 39 and chunk.prefix == prompt[:39]

@@ -10,8 +10,16 @@ from coevolve.policy.prompts import render_prompt
 from coevolve.train.scoring import pack
 from coevolve.train.sequences import encode_chat, episode_sequences, wire_renderer
 
-TOOLS = [{"type": "function", "function": {"name": "cd", "description": "Change directory.",
-          "parameters": {"type": "object", "properties": {"folder": {"type": "string"}}, "required": ["folder"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "cd",
+            "description": "Change directory.",
+            "parameters": {"type": "object", "properties": {"folder": {"type": "string"}}, "required": ["folder"]},
+        },
+    }
+]
 CALL = '<tool_call>{"name": "cd", "arguments": {"folder": "docs"}}</tool_call>'
 CHAT = [
     {"role": "system", "content": "You call functions."},
@@ -63,14 +71,22 @@ def test_truncation_keeps_the_end():
 
 
 def _row(prompt, completion, n_tokens=None):
-    return {"episode_id": "e", "prompt_ids": prompt, "completion_ids": completion,
-            "completion_logprobs": [-0.5] * len(completion), "n_tokens": len(completion) if n_tokens is None else n_tokens}
+    return {
+        "episode_id": "e",
+        "prompt_ids": prompt,
+        "completion_ids": completion,
+        "completion_logprobs": [-0.5] * len(completion),
+        "n_tokens": len(completion) if n_tokens is None else n_tokens,
+    }
 
 
 def test_episode_sequences_chain_extending_prompts_and_split_elsewhere():
-    rows = [_row([1, 2, 3], [4, 5]), {"episode_id": "e", "completion_ids": None, "n_tokens": 0},
-            _row([1, 2, 3, 4, 5, 9], [6]),  # extends the sequence so far: chained, 9 is context
-            _row([7, 8], [6, 2])]  # the budget dropped history: a new sequence
+    rows = [
+        _row([1, 2, 3], [4, 5]),
+        {"episode_id": "e", "completion_ids": None, "n_tokens": 0},
+        _row([1, 2, 3, 4, 5, 9], [6]),  # extends the sequence so far: chained, 9 is context
+        _row([7, 8], [6, 2]),
+    ]  # the budget dropped history: a new sequence
     first, second = episode_sequences(rows, max_tokens=100)
     assert first.ids == [1, 2, 3, 4, 5, 9, 6] and first.mask == [0, 0, 0, 1, 1, 0, 1] and first.messages == 2
     assert first.logprobs == [0, 0, 0, -0.5, -0.5, 0, -0.5]

@@ -54,8 +54,16 @@ class EchoEnvironment:
     opened = 0
 
     def load_tasks(self, categories=None, ids=None, limit=None) -> list[Task]:
-        return [Task(task_id=f"echo-{i}", env=self.name, turns=[f"list files {i}", "and again"], initial_state={},
-                     reference_actions=[[{"name": "ls", "arguments": {}}]] * 2) for i in range(limit or 4)]
+        return [
+            Task(
+                task_id=f"echo-{i}",
+                env=self.name,
+                turns=[f"list files {i}", "and again"],
+                initial_state={},
+                reference_actions=[[{"name": "ls", "arguments": {}}]] * 2,
+            )
+            for i in range(limit or 4)
+        ]
 
     def episode(self, task: Task) -> EchoEpisode:
         EchoEnvironment.opened += 1
@@ -72,8 +80,18 @@ def sampled():
     policy.stop_ids = policy.stop_ids | set(range(100, 130))
     tasks = EchoEnvironment().load_tasks(limit=3)
     sampling = SamplingParams(temperature=0.8, max_new_tokens=12, seed=5)
-    results = run_episodes(policy, EchoEnvironment(), tasks, n_samples=3, sampling=sampling, step_limit=3,
-                           phase="train", run_id="t", round=0, batch_size=9)
+    results = run_episodes(
+        policy,
+        EchoEnvironment(),
+        tasks,
+        n_samples=3,
+        sampling=sampling,
+        step_limit=3,
+        phase="train",
+        run_id="t",
+        round=0,
+        batch_size=9,
+    )
     return policy, results
 
 
@@ -105,7 +123,8 @@ def test_the_ids_trained_are_the_ids_sampled_message_by_message(sampled):
             n_chained += s.messages > 1
         assert [ids for ids, _ in spans] == [m["completion_ids"] for m in messages]
         assert [lp for lp, _ in zip([x for _, x in spans], messages)] == [
-            pytest.approx(m["completion_logprobs"]) for m in messages]
+            pytest.approx(m["completion_logprobs"]) for m in messages
+        ]
         for m in messages:
             assert m["prompt_ids"][-3:] == policy.tokenizer.encode("<|im_start|>assistant\n")[-3:]
             if m["finish_reason"] == "length":  # cut by the budget: no end token was invented
@@ -124,8 +143,10 @@ def test_trainer_logprobs_at_step_zero_equal_the_behaviour_logprobs(sampled):
     batch = pack(seqs, policy.pad_id, [1.0] * len(seqs))
     with torch.no_grad():
         logp = sampled_logprobs(policy.model, batch, temperature=0.8)
-        full = torch.log_softmax(policy.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-                                 .logits.float() / 0.8, dim=-1)
+        full = torch.log_softmax(
+            policy.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float() / 0.8,
+            dim=-1,
+        )
     assert logp.shape == batch["old_logp"].shape and logp.numel() > 100
     torch.testing.assert_close(logp, batch["old_logp"], atol=2e-4, rtol=0)
     # the gather-at-sampled-positions path is the full log-softmax, read at the targets
@@ -143,14 +164,26 @@ def test_rollout_rows_store_the_token_columns(sampled, tmp_path):
 
 
 def _config(tmp_path, **train):
-    return load_config(None, {
-        "run_name": "echo", "store": str(tmp_path / "store"), "seed": 0,
-        "env.name": "test-echo", "env.step_limit": 2,
-        "policy.model": "tiny", "policy.max_new_tokens": 16, "policy.max_context_tokens": 512,
-        "policy.batch_size": 16, "policy.temperature": 1.0,
-        "train.checkpoint_dir": str(tmp_path / "ckpt"), "train.lora": False, "train.sft_steps": 0,
-        "train.threads": 1, **{f"train.{k}": v for k, v in train.items()},
-    })
+    return load_config(
+        None,
+        {
+            "run_name": "echo",
+            "store": str(tmp_path / "store"),
+            "seed": 0,
+            "env.name": "test-echo",
+            "env.step_limit": 2,
+            "policy.model": "tiny",
+            "policy.max_new_tokens": 16,
+            "policy.max_context_tokens": 512,
+            "policy.batch_size": 16,
+            "policy.temperature": 1.0,
+            "train.checkpoint_dir": str(tmp_path / "ckpt"),
+            "train.lora": False,
+            "train.sft_steps": 0,
+            "train.threads": 1,
+            **{f"train.{k}": v for k, v in train.items()},
+        },
+    )
 
 
 def test_ppo_epochs_clip_log_train_steps_and_change_the_weights(tmp_path):
@@ -160,8 +193,17 @@ def test_ppo_epochs_clip_log_train_steps_and_change_the_weights(tmp_path):
     from coevolve.sql import connect
 
     store = Store(str(tmp_path / "store"))
-    cfg = _config(tmp_path, steps=2, tasks_per_step=2, group_size=4, ppo_epochs=3, lr=3e-3, clip_eps=0.1,
-                  kl_coef=0.05, micro_batch_size=3)
+    cfg = _config(
+        tmp_path,
+        steps=2,
+        tasks_per_step=2,
+        group_size=4,
+        ppo_epochs=3,
+        lr=3e-3,
+        clip_eps=0.1,
+        kl_coef=0.05,
+        micro_batch_size=3,
+    )
     result = train_round(store, cfg, "echo", 1, "tiny", EchoEnvironment().load_tasks(limit=4))
     steps = connect(store).sql("select * from train_steps order by step, epoch").to_arrow_table().to_pylist()
     assert steps and {r["epoch"] for r in steps} == {0, 1, 2} and {r["round"] for r in steps} == {1}

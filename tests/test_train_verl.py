@@ -28,17 +28,33 @@ from coevolve.train.verl_data import export_tasks, write_agent_loop_config  # no
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("verl")
-    cfg = load_config(None, {
-        "run_name": "v", "store": str(tmp / "store"), "env.name": "test-pick", "env.step_limit": 2,
-        "policy.model": "tiny", "policy.max_new_tokens": 24, "policy.max_context_tokens": 512,
-        "train.backend": "verl", "train.verl_gpus_per_node": 2, "train.group_size": 4, "train.tasks_per_step": 2,
-    })
+    cfg = load_config(
+        None,
+        {
+            "run_name": "v",
+            "store": str(tmp / "store"),
+            "env.name": "test-pick",
+            "env.step_limit": 2,
+            "policy.model": "tiny",
+            "policy.max_new_tokens": 24,
+            "policy.max_context_tokens": 512,
+            "train.backend": "verl",
+            "train.verl_gpus_per_node": 2,
+            "train.group_size": 4,
+            "train.tasks_per_step": 2,
+        },
+    )
     tasks = PickEnvironment().load_tasks(limit=4)
     model = resolve_model("tiny")
     overrides = build_overrides(
-        cfg, model_path=model, train_file=export_tasks(tasks, tmp / "train.parquet"),
-        agent_loop_config=write_agent_loop_config(tmp / "agent_loop.yaml"), out_dir=str(tmp / "out"),
-        run_id="v", round=1, n_tasks=len(tasks),
+        cfg,
+        model_path=model,
+        train_file=export_tasks(tasks, tmp / "train.parquet"),
+        agent_loop_config=write_agent_loop_config(tmp / "agent_loop.yaml"),
+        out_dir=str(tmp / "out"),
+        run_id="v",
+        round=1,
+        n_tasks=len(tasks),
     )
     return cfg, tasks, model, overrides, tmp
 
@@ -98,10 +114,14 @@ class TinyServer:
             torch.manual_seed(len(self.calls))
             with torch.no_grad():
                 out = self.model.generate(
-                    torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
-                    max_new_tokens=sampling_params["max_tokens"], do_sample=True, temperature=1.0, top_p=1.0,
+                    torch.tensor([prompt_ids]),
+                    attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+                    max_new_tokens=sampling_params["max_tokens"],
+                    do_sample=True,
+                    temperature=1.0,
+                    top_p=1.0,
                 )
-            ids = out[0, len(prompt_ids):].tolist()
+            ids = out[0, len(prompt_ids) :].tolist()
         self.calls.append((list(prompt_ids), ids))
         return TokenOutput(token_ids=ids)
 
@@ -114,8 +134,13 @@ def _run_loop(config, server, tokenizer, row):
 
     async def main():
         loop = CoevolveAgentLoop(
-            trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer, processor=None,
-            dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data), hf_model_type="qwen2",
+            trainer_config=DictConfigWrap(config),
+            server_manager=server,
+            tokenizer=tokenizer,
+            processor=None,
+            dataset_cls=RLHFDataset,
+            data_config=DictConfigWrap(config.data),
+            hf_model_type="qwen2",
         )
         return await loop.run({"temperature": 1.0, "top_p": 1.0}, **row)
 
@@ -142,14 +167,17 @@ def test_agent_loop_episode_masks_and_reward(setup, scripted):
     generated = [0] * len(seq)
     for prompt, ids in server.calls:
         assert seq[: len(prompt)] == prompt
-        assert seq[len(prompt): len(prompt) + len(ids)] == ids
+        assert seq[len(prompt) : len(prompt) + len(ids)] == ids
         for i in range(len(prompt), len(prompt) + len(ids)):
             generated[i] = 1
     assert mask == generated
 
     # the reward is the environment's score of the calls the episode made
-    rows = [r for r in Store(str(tmp / "store")).read("rollouts").to_pylist()
-            if r["episode_id"] == out.extra_fields["episode_id"]]
+    rows = [
+        r
+        for r in Store(str(tmp / "store")).read("rollouts").to_pylist()
+        if r["episode_id"] == out.extra_fields["episode_id"]
+    ]
     assert rows and {r["phase"] for r in rows} == {"train"} and {r["round"] for r in rows} == {1}
     # each message's first row keeps the exact prompt and sampled ids (token in, token out)
     assert [(r["prompt_ids"], r["completion_ids"]) for r in rows if r["completion_ids"] is not None] == server.calls
@@ -178,10 +206,27 @@ def test_cli_dry_run_prints_config_and_launch_command(tmp_path):
 
     # a pool to train on (test-pick has no states to synthesize one from)
     Store(str(tmp_path / "store")).commit_pool(
-        run_id="default", round=0, new_tasks=[t.to_row() for t in PickEnvironment().load_tasks(limit=4)], expected_parent=None)
-    args = ["train", "--backend", "verl", "--dry-run", "--store", str(tmp_path / "store"),
-            "--set", "env.name=test-pick", "--set", "policy.model=tiny",
-            "--set", f"train.checkpoint_dir={tmp_path / 'ckpt'}", "--set", "train.verl_gpus_per_node=1"]
+        run_id="default",
+        round=0,
+        new_tasks=[t.to_row() for t in PickEnvironment().load_tasks(limit=4)],
+        expected_parent=None,
+    )
+    args = [
+        "train",
+        "--backend",
+        "verl",
+        "--dry-run",
+        "--store",
+        str(tmp_path / "store"),
+        "--set",
+        "env.name=test-pick",
+        "--set",
+        "policy.model=tiny",
+        "--set",
+        f"train.checkpoint_dir={tmp_path / 'ckpt'}",
+        "--set",
+        "train.verl_gpus_per_node=1",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "adv_estimator: grpo" in result.output and "default_agent_loop: coevolve" in result.output

@@ -25,9 +25,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FAST = {"train.steps": 0, "train.sft_steps": 0, "explore.contexts": 2, "explore.runs_per_context": 1,
-        "validate.solver": "none", "eval.categories": ["multi_turn_base"], "eval.step_limit": 1,
-        "eval.max_new_tokens": 8}
+FAST = {
+    "train.steps": 0,
+    "train.sft_steps": 0,
+    "explore.contexts": 2,
+    "explore.runs_per_context": 1,
+    "validate.solver": "none",
+    "eval.categories": ["multi_turn_base"],
+    "eval.step_limit": 1,
+    "eval.max_new_tokens": 8,
+}
 
 pytestmark = pytest.mark.slow
 
@@ -59,11 +66,22 @@ def prefect_server(tmp_path):
     import httpx
 
     port = _free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+    }
     log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.time() + 90
         while True:
@@ -95,14 +113,21 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
     shots.mkdir(parents=True, exist_ok=True)
 
     def prefect(*args: str) -> None:
-        done = subprocess.run([str(BIN / "prefect"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [str(BIN / "prefect"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
     prefect("work-pool", "create", "coevolve-process", "--type", "process", "--overwrite")
     prefect("--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--all")
     worker_log = open(tmp_path / "worker.log", "w")
-    worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "coevolve-process"],
-                              cwd=ROOT, env=env, stdout=worker_log, stderr=subprocess.STDOUT)
+    worker = subprocess.Popen(
+        [str(BIN / "prefect"), "worker", "start", "--pool", "coevolve-process"],
+        cwd=ROOT,
+        env=env,
+        stdout=worker_log,
+        stderr=subprocess.STDOUT,
+    )
     store = tmp_path / "store"
     overrides = {**FAST, "train.checkpoint_dir": str(tmp_path / "ckpt")}
     try:
@@ -149,8 +174,9 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
                 assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
                 failed = page.get_by_text("Failed", exact=True).first
                 assert not failed.is_visible(), (tmp_path / "worker.log").read_text()[-3000:]
-                assert time.time() < deadline, "the run did not complete in 150 s:\n" + \
-                    (tmp_path / "worker.log").read_text()[-3000:]
+                assert time.time() < deadline, (
+                    "the run did not complete in 150 s:\n" + (tmp_path / "worker.log").read_text()[-3000:]
+                )
                 page.wait_for_timeout(3000)
                 page.reload()
             page.screenshot(path=str(shots / "4-run-completed.png"), full_page=True)
@@ -182,5 +208,10 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
     assert (store / "runs" / "from-the-ui" / "round=1" / "evaluate.json").exists()
     assert not (store / "runs" / "from-the-ui" / "round=2").exists()  # rounds_per_run = 1
     assert sorted(p.name for p in shots.glob("*.png")) == [
-        "1-deployment.png", "2-custom-run-form.png", "3-custom-run-filled.png", "4-run-completed.png",
-        "5-run-artifacts.png", "6-round-summary.png"]
+        "1-deployment.png",
+        "2-custom-run-form.png",
+        "3-custom-run-filled.png",
+        "4-run-completed.png",
+        "5-run-artifacts.png",
+        "6-round-summary.png",
+    ]

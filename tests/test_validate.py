@@ -42,11 +42,27 @@ def seed(env):
 
 
 def _candidate(seed, turns, reference, cid="c", **extra):
-    task = dataclasses.replace(start_task(seed), task_id=f"{seed.task_id}~{cid}", turns=turns, reference_actions=reference,
-                               origin="explored", signal_type="boundary", seed_task_id=seed.task_id)
-    return {"run_id": "t", "candidate_id": cid, "signal_id": "s", "signal_type": "boundary",
-            "context_task_id": seed.task_id, "source_run": 0, "spec": task.to_json(), "n_turns": len(turns),
-            "content_hash": task.content_hash, **extra}
+    task = dataclasses.replace(
+        start_task(seed),
+        task_id=f"{seed.task_id}~{cid}",
+        turns=turns,
+        reference_actions=reference,
+        origin="explored",
+        signal_type="boundary",
+        seed_task_id=seed.task_id,
+    )
+    return {
+        "run_id": "t",
+        "candidate_id": cid,
+        "signal_id": "s",
+        "signal_type": "boundary",
+        "context_task_id": seed.task_id,
+        "source_run": 0,
+        "spec": task.to_json(),
+        "n_turns": len(turns),
+        "content_hash": task.content_hash,
+        **extra,
+    }
 
 
 CD = {"name": "cd", "arguments": {"folder": "document"}}
@@ -69,16 +85,28 @@ def test_each_check_rejects_with_its_reason(env, seed):
         _candidate(seed, ["List the files.", "List them again."], [[LS], [LS]], "repeat"),  # turn 1: nothing new
         {**_candidate(seed, ["x"], [[CD]], "broken"), "spec": '{"turns": ["x"]'},
         _candidate(seed, ["a", "b"], [[CD]], "mismatch"),
-        {**_candidate(seed, ["x"], [[CD]], "judged"), "verdict": "rejected", "reason": "llm abstractor: malformed output"},
+        {
+            **_candidate(seed, ["x"], [[CD]], "judged"),
+            "verdict": "rejected",
+            "reason": "llm abstractor: malformed output",
+        },
     ]
     cfg = load_config()
     out = {r["candidate_id"]: r for r in validate_rows(rows, pool, env, cfg, None)}
     assert out["ok"]["verdict"] == "accepted" and out["ok"]["reason"].startswith("accepted: pass 1")
     kinds = {cid: r["reason"].split(":")[0] for cid, r in out.items() if r["verdict"] == "rejected"}
     assert kinds == {
-        "same": "duplicate", "near": "near-duplicate", "pooled": "duplicate", "rm": "unsafe", "leak": "unsafe",
-        "bad-call": "pass 1 replay", "ghost": "pass 1 replay", "repeat": "pass 1 no effect", "broken": "spec",
-        "mismatch": "spec", "judged": "llm abstractor",
+        "same": "duplicate",
+        "near": "near-duplicate",
+        "pooled": "duplicate",
+        "rm": "unsafe",
+        "leak": "unsafe",
+        "bad-call": "pass 1 replay",
+        "ghost": "pass 1 replay",
+        "repeat": "pass 1 no effect",
+        "broken": "spec",
+        "mismatch": "spec",
+        "judged": "llm abstractor",
     }
     assert "blocked function rm" in out["rm"]["reason"] and "post_tweet.content" in out["leak"]["reason"]
     assert "No such" in out["bad-call"]["reason"] and out["pooled"]["reason"].endswith(seed.task_id)
@@ -120,7 +148,9 @@ def test_learnable_verdicts():
     assert learnable(Attempts([0.0, 0.0], [False, False]), True)["reason"].startswith("pass 2 no progress")
     assert learnable(Attempts([1.0, 1.0], [True, True]), True)["reason"] == "pass 2 too easy: solved in all 2 attempts"
     assert learnable(Attempts([1.0, 1.0], [True, True]), False)["verdict"] == "accepted"
-    assert learnable(Attempts([1.0, 0.0], [True, False]), True)["reason"] == "accepted: pass 2 solved in 1 of 2 attempts"
+    assert (
+        learnable(Attempts([1.0, 0.0], [True, False]), True)["reason"] == "accepted: pass 2 solved in 1 of 2 attempts"
+    )
     assert learnable(Attempts([], []), True)["verdict"] == "rejected"
 
 
@@ -156,7 +186,9 @@ def test_pass_two_through_the_rollout_engine(env, seed):
     out = {r["candidate_id"]: r for r in validate_rows(rows, [], env, cfg, solver)}
     assert out["easy"]["reason"] == "pass 2 too easy: solved in all 2 attempts" and out["easy"]["verdict"] == "rejected"
     assert out["once"]["reason"] == "accepted: pass 2 solved in 1 of 2 attempts" and out["once"]["success"]
-    assert out["partial"]["verdict"] == "accepted" and out["partial"]["reason"].startswith("accepted: pass 2 failed 2 attempts")
+    assert out["partial"]["verdict"] == "accepted" and out["partial"]["reason"].startswith(
+        "accepted: pass 2 failed 2 attempts"
+    )
     assert out["partial"]["success"] is False and out["partial"]["reward"] >= 0.5
     assert out["hopeless"]["reason"].startswith("pass 2 no progress") and out["hopeless"]["reward"] == 0.0
 
@@ -263,8 +295,12 @@ class _ScriptedEndpoint:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 text = endpoint.reply(body["messages"], re)
-                out = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+                out = json.dumps(
+                    {
+                        "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(out)))
@@ -278,21 +314,38 @@ class _ScriptedEndpoint:
     def reply(self, messages, re):
         system, last = messages[0]["content"], messages[-1]["content"]
         if system.startswith("You write training tasks"):
-            calls = [{"name": m.group(1), "arguments": json.loads(m.group(2))}
-                     for m in re.finditer(r"^\d+\. (\w+)\((\{.*?\})\) ->", last, re.M)]
+            calls = [
+                {"name": m.group(1), "arguments": json.loads(m.group(2))}
+                for m in re.finditer(r"^\d+\. (\w+)\((\{.*?\})\) ->", last, re.M)
+            ]
             if len(calls) % 2:
                 return '{"turns": [{"instruction": "Do it", "calls": ['
             half = len(calls) // 2
-            return "```json\n" + json.dumps({"turns": [
-                {"instruction": f"Please run {', '.join(c['name'] for c in calls[:half])} with {json.dumps(calls[:half])}.", "calls": calls[:half]},
-                {"instruction": f"Now {', '.join(c['name'] for c in calls[half:])} with {json.dumps(calls[half:])}.", "calls": calls[half:]},
-            ]}) + "\n```"
+            return (
+                "```json\n"
+                + json.dumps(
+                    {
+                        "turns": [
+                            {
+                                "instruction": f"Please run {', '.join(c['name'] for c in calls[:half])} with {json.dumps(calls[:half])}.",
+                                "calls": calls[:half],
+                            },
+                            {
+                                "instruction": f"Now {', '.join(c['name'] for c in calls[half:])} with {json.dumps(calls[half:])}.",
+                                "calls": calls[half:],
+                            },
+                        ]
+                    }
+                )
+                + "\n```"
+            )
         listed = re.findall(r'"current_directory_content": \[([^\]]*)\]', "\n".join(m["content"] for m in messages))
         names = re.findall(r'"([^"]+)"', listed[-1]) if listed else []
         script = [
             '<tool_call>{"name": "ls", "arguments": {}}</tool_call>',
             "Let me think about what to do next.",
-            '<tool_call>{"name": "cd", "arguments": {"folder": %s}}</tool_call>' % json.dumps(names[0] if names else "x"),
+            '<tool_call>{"name": "cd", "arguments": {"folder": %s}}</tool_call>'
+            % json.dumps(names[0] if names else "x"),
             '<tool_call>{"name": "ls", "arguments": {"a": true}}</tool_call>',
             "<tool_call>{'name': broken</tool_call>",
             '<tool_call>{"name": "rm", "arguments": {"file_name": "log.txt"}}</tool_call>',
@@ -313,12 +366,21 @@ def scripted_endpoint():
 def test_llm_explorer_and_abstractor_round_over_http(signal_store, env, scripted_endpoint):
     seeds = env.load_tasks(["multi_turn_base"], limit=6)
     store = signal_store(seeds)
-    cfg = load_config(overrides={
-        "store": store.uri, "run_name": "t", "explore.explorer": "llm", "explore.base_url": scripted_endpoint,
-        "explore.model": "scripted", "explore.steps_per_run": 7, "abstract.abstractor": "llm",
-        "abstract.base_url": scripted_endpoint, "abstract.model": "scripted", "validate.solver": "explorer",
-        "env.step_limit": 6,  # the scripted solver needs a few messages per turn
-    })
+    cfg = load_config(
+        overrides={
+            "store": store.uri,
+            "run_name": "t",
+            "explore.explorer": "llm",
+            "explore.base_url": scripted_endpoint,
+            "explore.model": "scripted",
+            "explore.steps_per_run": 7,
+            "abstract.abstractor": "llm",
+            "abstract.base_url": scripted_endpoint,
+            "abstract.model": "scripted",
+            "validate.solver": "explorer",
+            "env.step_limit": 6,  # the scripted solver needs a few messages per turn
+        }
+    )
     assert explore(store, cfg, "t", 1) == 6 * 2 * 7
     steps = store.read("explorations").to_pylist()
     failed = Counter(r["error"].split(":")[0] for r in steps if r["action_name"] is None)
@@ -336,8 +398,19 @@ def test_llm_explorer_and_abstractor_round_over_http(signal_store, env, scripted
     summary = summarize_candidates(table)
     assert summary["accepted"] >= 1 and set(summary["accepted_by_signal_type"]) <= {"forgetting", "boundary", "rare"}
     kinds = Counter(r["reason"].split(":")[0] for r in rows if r["verdict"] == "rejected")
-    assert set(kinds) <= {"llm abstractor", "duplicate", "near-duplicate", "pass 1 replay", "pass 1 no effect",
-                          "pass 2 no progress", "pass 2 too easy"} and kinds["llm abstractor"] >= 2
+    assert (
+        set(kinds)
+        <= {
+            "llm abstractor",
+            "duplicate",
+            "near-duplicate",
+            "pass 1 replay",
+            "pass 1 no effect",
+            "pass 2 no progress",
+            "pass 2 too easy",
+        }
+        and kinds["llm abstractor"] >= 2
+    )
     # the explorer LLM as the pass-2 solver (it needs no trained policy)
     assert any(r["reason"].startswith("accepted: pass 2 failed") for r in rows)
 
@@ -358,7 +431,9 @@ def tiny_server():
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "coevolve.cli", "serve", "--model", "tiny", "--port", str(port), "--threads", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 90
@@ -380,11 +455,22 @@ def test_llm_round_against_a_tiny_local_model_never_crashes(signal_store, env, t
     rejected with reasons, and the round completes."""
     seeds = env.load_tasks(["multi_turn_base"], limit=3)
     store = signal_store(seeds)
-    llm = {"store": store.uri, "run_name": "t", "explore.explorer": "llm", "explore.base_url": tiny_server,
-           "explore.model": "tiny", "explore.steps_per_run": 3, "explore.max_new_tokens": 48,
-           "abstract.abstractor": "llm", "abstract.base_url": tiny_server, "abstract.model": "tiny",
-           "abstract.max_new_tokens": 64, "validate.solver": "explorer", "policy.max_new_tokens": 32,
-           "explore.min_contexts": 0}  # the 3 signals only: no cold-start fallback contexts
+    llm = {
+        "store": store.uri,
+        "run_name": "t",
+        "explore.explorer": "llm",
+        "explore.base_url": tiny_server,
+        "explore.model": "tiny",
+        "explore.steps_per_run": 3,
+        "explore.max_new_tokens": 48,
+        "abstract.abstractor": "llm",
+        "abstract.base_url": tiny_server,
+        "abstract.model": "tiny",
+        "abstract.max_new_tokens": 64,
+        "validate.solver": "explorer",
+        "policy.max_new_tokens": 32,
+        "explore.min_contexts": 0,
+    }  # the 3 signals only: no cold-start fallback contexts
     cfg = load_config(overrides=llm)
     assert explore(store, cfg, "t", 1) == 3 * 2 * 3
     steps = store.read("explorations").to_pylist()
@@ -415,4 +501,6 @@ def test_a_failing_solver_rejects_with_its_reason_instead_of_crashing(env, seed)
         raise ConnectionError("endpoint unreachable")
 
     out = validate_rows([_candidate(seed, ["a"], [[CD]], "c")], [], env, load_config(), down)
-    assert out[0]["verdict"] == "rejected" and out[0]["reason"].startswith("pass 2 solver: policy failed: ConnectionError")
+    assert out[0]["verdict"] == "rejected" and out[0]["reason"].startswith(
+        "pass 2 solver: policy failed: ConnectionError"
+    )

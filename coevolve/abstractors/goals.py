@@ -38,13 +38,24 @@ GOALS: dict[str, Goal] = {
     "cd": G("nav", "go into {folder}", folder={"..": "the parent folder"}),
     "cp": G("do", "copy {source} to {destination}"),
     "diff": G("answer", "compare {file_name1} with {file_name2} line by line"),
-    "du": G("answer", "tell me how much disk space the current folder uses{human_readable}", "tell me how much disk space the current folder uses",
-            human_readable={True: ", in human-readable units", False: ", in bytes"}),
+    "du": G(
+        "answer",
+        "tell me how much disk space the current folder uses{human_readable}",
+        "tell me how much disk space the current folder uses",
+        human_readable={True: ", in human-readable units", False: ", in bytes"},
+    ),
     "echo": G("do", "write {content} into {file_name}", "print {content}"),
-    "find": G("answer", "find every item named {name} under {path}", "find every item named {name}",
-              "list everything under {path}", "list every file and folder below the current one"),
+    "find": G(
+        "answer",
+        "find every item named {name} under {path}",
+        "find every item named {name}",
+        "list everything under {path}",
+        "list every file and folder below the current one",
+    ),
     "grep": G("answer", "show me the lines of {file_name} that contain {pattern}"),
-    "ls": G("read", "list the current folder{a}", "list the current folder", a={True: ", hidden items included", False: ""}),
+    "ls": G(
+        "read", "list the current folder{a}", "list the current folder", a={True: ", hidden items included", False: ""}
+    ),
     "mkdir": G("do", "create a folder named {dir_name}"),
     "mv": G("do", "move {source} to {destination}"),
     "pwd": G("read", "tell me which folder I am in"),
@@ -53,8 +64,12 @@ GOALS: dict[str, Goal] = {
     "sort": G("answer", "show me the lines of {file_name} sorted"),
     "tail": G("answer", "show me the last {lines} lines of {file_name}", "show me the last lines of {file_name}"),
     "touch": G("do", "create an empty file named {file_name}"),
-    "wc": G("answer", "tell me how many {mode} {file_name} has", "tell me how many lines {file_name} has",
-            mode={"l": "lines", "w": "words", "c": "characters"}),
+    "wc": G(
+        "answer",
+        "tell me how many {mode} {file_name} has",
+        "tell me how many lines {file_name} has",
+        mode={"l": "lines", "w": "words", "c": "characters"},
+    ),
     # ------------------------------------------------------------ MathAPI
     "absolute_value": G("answer", "compute the absolute value of {number}"),
     "add": G("answer", "compute {a} plus {b}"),
@@ -67,7 +82,9 @@ GOALS: dict[str, Goal] = {
     "multiply": G("answer", "compute {a} times {b}"),
     "percentage": G("answer", "compute what percentage {part} is of {whole}"),
     "power": G("answer", "compute {base} to the power of {exponent}"),
-    "round_number": G("answer", "round {number} to {decimal_places} decimal places", "round {number} to a whole number"),
+    "round_number": G(
+        "answer", "round {number} to {decimal_places} decimal places", "round {number} to a whole number"
+    ),
     "si_unit_conversion": G("answer", "convert {value} {unit_in} to {unit_out}"),
     "square_root": G("answer", "compute the square root of {number} with {precision} digits of precision"),
     "standard_deviation": G("answer", "compute the standard deviation of {numbers}"),
@@ -75,7 +92,9 @@ GOALS: dict[str, Goal] = {
     "sum_values": G("answer", "add up {numbers}"),
     # ------------------------------------------------------------ MessageAPI
     "add_contact": G("do", "add {user_name} to my contacts"),
-    "delete_message": G("do", "delete message {message_id} that I sent to {receiver_id}", "delete my latest message to {receiver_id}"),
+    "delete_message": G(
+        "do", "delete message {message_id} that I sent to {receiver_id}", "delete my latest message to {receiver_id}"
+    ),
     "get_message_stats": G("answer", "show me my messaging statistics"),
     "get_user_id": G("answer", "look up the user id of {user}"),
     "list_users": G("answer", "list every messaging user"),
@@ -94,18 +113,26 @@ GOALS: dict[str, Goal] = {
     "get_user_tweets": G("answer", "show me every tweet by {username}"),
     "list_all_following": G("answer", "list everyone I follow"),
     "mention": G("do", "mention {mentioned_usernames} in tweet {tweet_id}"),
-    "post_tweet": G("do", "post a tweet saying {content} with the tags {tags} and mentioning {mentions}",
-                    "post a tweet saying {content} with the tags {tags}", "post a tweet saying {content} mentioning {mentions}",
-                    "post a tweet saying {content}"),
+    "post_tweet": G(
+        "do",
+        "post a tweet saying {content} with the tags {tags} and mentioning {mentions}",
+        "post a tweet saying {content} with the tags {tags}",
+        "post a tweet saying {content} mentioning {mentions}",
+        "post a tweet saying {content}",
+    ),
     "posting_get_login_status": G("read", "check whether I am logged in to Twitter"),
     "retweet": G("do", "retweet tweet {tweet_id}"),
     "search_tweets": G("answer", "find tweets that mention {keyword}"),
     "unfollow_user": G("do", "unfollow {username_to_unfollow}"),
     # ------------------------------------------------------------ TicketAPI
     "close_ticket": G("do", "close ticket {ticket_id}"),
-    "create_ticket": G("do", "open a ticket titled {title} with priority {priority}, described as {description}",
-                       "open a ticket titled {title} with priority {priority}", "open a ticket titled {title}, described as {description}",
-                       "open a ticket titled {title}"),
+    "create_ticket": G(
+        "do",
+        "open a ticket titled {title} with priority {priority}, described as {description}",
+        "open a ticket titled {title} with priority {priority}",
+        "open a ticket titled {title}, described as {description}",
+        "open a ticket titled {title}",
+    ),
     "edit_ticket": G("do", "update ticket {ticket_id} with {updates}"),
     "get_ticket": G("answer", "show me ticket {ticket_id}"),
     "get_user_tickets": G("answer", "list my tickets with status {status}", "list my tickets"),
@@ -125,8 +152,13 @@ GOALS: dict[str, Goal] = {
     "get_order_history": G("answer", "show me my order history"),
     "get_stock_info": G("answer", "show me the current figures of {symbol}"),
     "get_symbol_by_name": G("answer", "look up the ticker symbol of {name}"),
-    "get_transaction_history": G("answer", "show me my transactions from {start_date} to {end_date}", "show me my transactions since {start_date}",
-                                 "show me my transactions until {end_date}", "show me my transaction history"),
+    "get_transaction_history": G(
+        "answer",
+        "show me my transactions from {start_date} to {end_date}",
+        "show me my transactions since {start_date}",
+        "show me my transactions until {end_date}",
+        "show me my transaction history",
+    ),
     "get_watchlist": G("answer", "show me my watchlist"),
     "make_transaction": G("do", "make a {xact_type} of {amount} on account {account_id}"),
     "notify_price_change": G("answer", "tell me which of {stocks} moved by at least {threshold}%"),
@@ -138,33 +170,56 @@ GOALS: dict[str, Goal] = {
     "update_market_status": G("answer", "tell me whether the market is open at {current_time_str}"),
     "update_stock_price": G("do", "set the price of {symbol} to {new_price}"),
     # ------------------------------------------------------------ TravelAPI
-    "authenticate_travel": G("do", "log in to the travel service as {user_first_name} {user_last_name} with client id {client_id}, "
-                             "client secret {client_secret}, refresh token {refresh_token} and grant type {grant_type}"),
-    "book_flight": G("do", "book a {travel_class} flight from {travel_from} to {travel_to} on {travel_date} with card {card_id} "
-                     "(access token {access_token})"),
+    "authenticate_travel": G(
+        "do",
+        "log in to the travel service as {user_first_name} {user_last_name} with client id {client_id}, "
+        "client secret {client_secret}, refresh token {refresh_token} and grant type {grant_type}",
+    ),
+    "book_flight": G(
+        "do",
+        "book a {travel_class} flight from {travel_from} to {travel_to} on {travel_date} with card {card_id} "
+        "(access token {access_token})",
+    ),
     "cancel_booking": G("do", "cancel booking {booking_id} (access token {access_token})"),
     "compute_exchange_rate": G("answer", "convert {value} {base_currency} to {target_currency}"),
     "contact_customer_support": G("answer", "tell customer support about booking {booking_id}: {message}"),
     "get_all_credit_cards": G("answer", "list my credit cards"),
     "get_budget_fiscal_year": G("answer", "show me the fiscal-year budget"),
     "get_credit_card_balance": G("answer", "tell me the balance of card {card_id} (access token {access_token})"),
-    "get_flight_cost": G("answer", "tell me what a {travel_class} flight from {travel_from} to {travel_to} on {travel_date} costs"),
+    "get_flight_cost": G(
+        "answer", "tell me what a {travel_class} flight from {travel_from} to {travel_to} on {travel_date} costs"
+    ),
     "get_nearest_airport_by_city": G("answer", "find the airport nearest to {location}"),
     "list_all_airports": G("answer", "list every airport"),
-    "purchase_insurance": G("do", "buy {insurance_type} insurance for {insurance_cost} on booking {booking_id} with card {card_id} "
-                            "(access token {access_token})"),
-    "register_credit_card": G("do", "register card {card_number} of {cardholder_name}, expiring {expiration_date}, "
-                              "verification number {card_verification_number} (access token {access_token})"),
-    "retrieve_invoice": G("answer", "show me the invoice of booking {booking_id} (access token {access_token})",
-                          "show me the invoice of insurance {insurance_id} (access token {access_token})",
-                          "show me my invoice (access token {access_token})"),
+    "purchase_insurance": G(
+        "do",
+        "buy {insurance_type} insurance for {insurance_cost} on booking {booking_id} with card {card_id} "
+        "(access token {access_token})",
+    ),
+    "register_credit_card": G(
+        "do",
+        "register card {card_number} of {cardholder_name}, expiring {expiration_date}, "
+        "verification number {card_verification_number} (access token {access_token})",
+    ),
+    "retrieve_invoice": G(
+        "answer",
+        "show me the invoice of booking {booking_id} (access token {access_token})",
+        "show me the invoice of insurance {insurance_id} (access token {access_token})",
+        "show me my invoice (access token {access_token})",
+    ),
     "set_budget_limit": G("do", "set my travel budget to {budget_limit} (access token {access_token})"),
     "travel_get_login_status": G("read", "check whether I am logged in to the travel service"),
-    "verify_traveler_information": G("answer", "verify the traveler {first_name} {last_name}, born {date_of_birth}, passport {passport_number}"),
+    "verify_traveler_information": G(
+        "answer", "verify the traveler {first_name} {last_name}, born {date_of_birth}, passport {passport_number}"
+    ),
     # ------------------------------------------------------------ VehicleControlAPI
     "activateParkingBrake": G("do", "{mode} the parking brake", mode={"engage": "engage", "release": "release"}),
-    "adjustClimateControl": G("do", "set the climate control to {temperature} degrees {unit}", "set the climate control to {temperature} degrees",
-                              unit={"celsius": "Celsius", "fahrenheit": "Fahrenheit"}),
+    "adjustClimateControl": G(
+        "do",
+        "set the climate control to {temperature} degrees {unit}",
+        "set the climate control to {temperature} degrees",
+        unit={"celsius": "Celsius", "fahrenheit": "Fahrenheit"},
+    ),
     "check_tire_pressure": G("answer", "check the tire pressure"),
     "displayCarStatus": G("answer", "show me the car's {option} status"),
     "display_log": G("answer", "show the log messages {messages}"),
@@ -181,8 +236,11 @@ GOALS: dict[str, Goal] = {
     "lockDoors": G("do", "{unlock} the doors {door}", unlock={True: "unlock", False: "lock"}),
     "pressBrakePedal": G("do", "press the brake pedal to position {pedalPosition}"),
     "releaseBrakePedal": G("do", "release the brake pedal"),
-    "setCruiseControl": G("do", "{activate} cruise control at {speed} mph, keeping {distanceToNextVehicle} meters to the next vehicle",
-                          activate={True: "turn on", False: "turn off"}),
+    "setCruiseControl": G(
+        "do",
+        "{activate} cruise control at {speed} mph, keeping {distanceToNextVehicle} meters to the next vehicle",
+        activate={True: "turn on", False: "turn off"},
+    ),
     "setHeadlights": G("do", "turn the headlights {mode}"),
     "set_navigation": G("do", "navigate to {destination}"),
     "startEngine": G("do", "{ignitionMode} the engine", ignitionMode={"START": "start", "STOP": "stop"}),

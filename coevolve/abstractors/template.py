@@ -139,7 +139,9 @@ def clause(call: Call, doc: dict[str, Any]) -> str:
     args = call.get("arguments") or {}
     text = next((t for t in goal.texts if set(_PLACEHOLDER.findall(t)) <= set(args)), goal.texts[-1])
     used = set(_PLACEHOLDER.findall(text))
-    filled = _PLACEHOLDER.sub(lambda m: render(args[m.group(1)], goal.values.get(m.group(1))) if m.group(1) in args else m.group(0), text)
+    filled = _PLACEHOLDER.sub(
+        lambda m: render(args[m.group(1)], goal.values.get(m.group(1))) if m.group(1) in args else m.group(0), text
+    )
     rest = [k for k in args if k not in used]
     if rest:
         filled += " (" + ", ".join(f"{k}: {render(args[k])}" for k in rest) + ")"
@@ -147,7 +149,9 @@ def clause(call: Call, doc: dict[str, Any]) -> str:
 
 
 def _related(e: Effect, goal: list[Effect]) -> bool:
-    values = {json.dumps(v, default=str) for v in _scalars(e.call["arguments"]) if not isinstance(v, (int, float)) or v > 9}
+    values = {
+        json.dumps(v, default=str) for v in _scalars(e.call["arguments"]) if not isinstance(v, (int, float)) or v > 9
+    }
     for other in goal:
         if values & {json.dumps(v, default=str) for v in _scalars(other.call["arguments"])}:
             return True

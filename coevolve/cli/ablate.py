@@ -43,7 +43,9 @@ def ablate(
     config: str = typer.Option(None, "--config", "-c", help="YAML run config every condition starts from."),
     seeds: int = typer.Option(None, help="Seeds per condition: config seed, seed+1, ... (default: ablate.seeds)."),
     rounds: int = typer.Option(None, help="Rounds per trained condition (default: the config's rounds)."),
-    store: str = typer.Option(None, help="Ablation store (default: the config's store); runs live under <store>/conditions/."),
+    store: str = typer.Option(
+        None, help="Ablation store (default: the config's store); runs live under <store>/conditions/."
+    ),
     set_: list[str] = typer.Option([], "--set", help="Override any field for every condition: --set train.steps=4."),
     prefect: bool = typer.Option(True, "--prefect/--no-prefect", help="Run as a Prefect flow (default) or directly."),
 ) -> None:
@@ -63,9 +65,13 @@ def ablate(
         f"{len({r.condition.name for r in runs})} conditions), {rounds or cfg.rounds} round(s), store {cfg.store}"
     )
 
-    for key, value in (("PREFECT_SERVER_ANALYTICS_ENABLED", "false"), ("DO_NOT_TRACK", "1"),
-                       ("PREFECT_LOGGING_LEVEL", "WARNING"), ("TRANSFORMERS_VERBOSITY", "error"),
-                       ("HF_HUB_DISABLE_PROGRESS_BARS", "1")):
+    for key, value in (
+        ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"),
+        ("DO_NOT_TRACK", "1"),
+        ("PREFECT_LOGGING_LEVEL", "WARNING"),
+        ("TRANSFORMERS_VERBOSITY", "error"),
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+    ):
         os.environ.setdefault(key, value)
     if prefect:
         from coevolve.ablate import ablation_store, is_done
@@ -74,12 +80,12 @@ def ablate(
         st = ablation_store(runs[0])
         for run in runs:
             console.print(f"  {run.run_id:<20} {'[dim]skipped (finished)[/dim]' if is_done(st, run) else 'to run'}")
-        df = ablate_flow(config=config, seeds=seeds, rounds=rounds or cfg.rounds, store=cfg.store,
-                         overrides=parse_sets(set_))
+        df = ablate_flow(
+            config=config, seeds=seeds, rounds=rounds or cfg.rounds, store=cfg.store, overrides=parse_sets(set_)
+        )
     else:
         df = run_ablation(runs, on_run=_print_run)
     console.print(summary_table(df))
     console.print(
-        f"Rows: coevolve sql --store {cfg.store} \"select * from ablations\"   "
-        f"Plots: coevolve report --store {cfg.store}"
+        f'Rows: coevolve sql --store {cfg.store} "select * from ablations"   Plots: coevolve report --store {cfg.store}'
     )

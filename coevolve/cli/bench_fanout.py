@@ -47,9 +47,16 @@ def bench_fanout(
     from coevolve.sql import connect
     from flows.fanout import stage_impl
 
-    base = {"rounds": 1, "train.steps": 0, "train.sft_steps": 0, "explore.contexts": contexts,
-            "explore.min_contexts": contexts, "validate.attempts": attempts, "policy.temperature": 0.0,
-            **parse_sets(set_)}
+    base = {
+        "rounds": 1,
+        "train.steps": 0,
+        "train.sft_steps": 0,
+        "explore.contexts": contexts,
+        "explore.min_contexts": contexts,
+        "validate.attempts": attempts,
+        "policy.temperature": 0.0,
+        **parse_sets(set_),
+    }
     with tempfile.TemporaryDirectory(prefix="coevolve-bench-fanout-") as tmp:
         root = Path(tmp)
         cfg = load_config_or_fail(config, {**base, "store": str(root / "prepared")})
@@ -63,8 +70,9 @@ def bench_fanout(
         with prefect_api():
             for label, eng in modes:
                 shutil.copytree(root / "prepared", root / eng)
-                mode_cfg = load_config_or_fail(config, {**base, "store": str(root / eng), "fanout.engine": eng,
-                                                        "fanout.workers": workers})
+                mode_cfg = load_config_or_fail(
+                    config, {**base, "store": str(root / eng), "fanout.engine": eng, "fanout.workers": workers}
+                )
                 mode_store = open_run_store(mode_cfg)
                 seconds = {}
                 for stage in ("explore", "abstract", "validate"):
@@ -72,19 +80,30 @@ def bench_fanout(
                     run_stage(mode_store, mode_cfg, 1, stage, impl=stage_impl(mode_cfg, 1, stage))
                     seconds[stage] = time.perf_counter() - t0
                 figures.append((label, seconds))
-                accepted.append(connect(mode_store).sql(
-                    "select candidate_id from candidates where round = 1 and verdict = 'accepted' order by all").fetchall())
+                accepted.append(
+                    connect(mode_store)
+                    .sql("select candidate_id from candidates where round = 1 and verdict = 'accepted' order by all")
+                    .fetchall()
+                )
     table = Table(title=f"coevolve bench fanout: round 1, {contexts} contexts, {attempts} attempts per candidate")
     for head in ("mode", "explore s", "abstract s", "validate s", "total s", "speedup"):
         table.add_column(head, justify="right")
     reference = sum(figures[0][1].values())
     for label, s in figures:
         total = sum(s.values())
-        table.add_row(label, f"{s['explore']:.1f}", f"{s['abstract']:.1f}", f"{s['validate']:.1f}", f"{total:.1f}",
-                      f"{reference / total:.2f}x")
+        table.add_row(
+            label,
+            f"{s['explore']:.1f}",
+            f"{s['abstract']:.1f}",
+            f"{s['validate']:.1f}",
+            f"{total:.1f}",
+            f"{reference / total:.2f}x",
+        )
     console.print(table)
     same = accepted[0] == accepted[1]
-    console.print(f"accepted candidates: {len(accepted[0])} in-process, {len(accepted[1])} fanned out, "
-                  f"{'the same' if same else 'DIFFERENT'}")
+    console.print(
+        f"accepted candidates: {len(accepted[0])} in-process, {len(accepted[1])} fanned out, "
+        f"{'the same' if same else 'DIFFERENT'}"
+    )
     if not same:
         raise typer.Exit(1)

@@ -46,8 +46,10 @@ def _select_heldout(cfg, env, categories: list[str], ids: list[str], limit: Opti
             outside = [i for i in ids if i not in allowed]
             tasks = env.load_tasks(ids=ids)  # unknown ids fail here first
             if outside:
-                fail(f"not held-out entries (env.heldout_scenarios): {', '.join(outside[:5])}; "
-                     "only --replay-ground-truth may run other entries")
+                fail(
+                    f"not held-out entries (env.heldout_scenarios): {', '.join(outside[:5])}; "
+                    "only --replay-ground-truth may run other entries"
+                )
             return tasks
         return eval_tasks(cfg, env, scenarios=scenarios, categories=categories or None, limit=limit)
     except (KeyError, ValueError, TypeError) as exc:
@@ -68,8 +70,10 @@ def _table(title: str, per_category: dict, seconds: float):
         n, correct, reward = n + row["n"], correct + row["correct"], reward + row["reward"] * row["n"]
     if n:
         table.add_row("all", f"{int(correct)}/{int(n)}", f"{100 * correct / n:.1f}%", f"{reward / n:.3f}", style="bold")
-    table.caption = (f"BFCL overall accuracy (mean over categories): {100 * overall_accuracy(per_category):.1f}%; "
-                     f"{int(n)} episodes in {seconds:.2f}s")
+    table.caption = (
+        f"BFCL overall accuracy (mean over categories): {100 * overall_accuracy(per_category):.1f}%; "
+        f"{int(n)} episodes in {seconds:.2f}s"
+    )
     return table
 
 
@@ -77,7 +81,9 @@ def _table(title: str, per_category: dict, seconds: float):
 def eval_command(
     env_name: str = typer.Option("bfcl-v3", "--env", help="Environment plug-in."),
     category: list[str] = typer.Option([], "--category", help="Category to evaluate (repeatable; default all)."),
-    ids: list[str] = typer.Option([], "--ids", help="Exact held-out task ids (repeatable; overrides --category/--limit)."),
+    ids: list[str] = typer.Option(
+        [], "--ids", help="Exact held-out task ids (repeatable; overrides --category/--limit)."
+    ),
     limit: Optional[int] = typer.Option(None, "--limit", help="First N held-out entries of each category."),
     scenarios: Optional[int] = typer.Option(
         None, "--scenarios", help="Held-out scenarios evaluated in each category (0 = all; default eval.scenarios)."
@@ -131,17 +137,25 @@ def eval_command(
         except StoreError as exc:
             fail(str(exc))
     result = evaluate(out, cfg, run_id or cfg.run_name, round_, policy, tasks, env=env)
-    who = "ground truth (replayed)" if replay_ground_truth else f"{cfg.policy.backend}:{getattr(policy, 'version', cfg.policy.model)}"
+    who = (
+        "ground truth (replayed)"
+        if replay_ground_truth
+        else f"{cfg.policy.backend}:{getattr(policy, 'version', cfg.policy.model)}"
+    )
     console.print(_table(f"{cfg.env.name} eval: {who}", result.per_category, result.seconds))
     if out is not None:
-        console.print(f"{result.n_rows} rollouts rows -> {out.table_uri('rollouts')} (round={round_}, part {run_id or cfg.run_name}-eval)")
+        console.print(
+            f"{result.n_rows} rollouts rows -> {out.table_uri('rollouts')} (round={round_}, part {run_id or cfg.run_name}-eval)"
+        )
 
 
 @bench_app.command("env")
 def bench_env(
     env_name: str = typer.Option("bfcl-v3", "--env", help="Environment plug-in."),
     category: list[str] = typer.Option([], "--category", help="Categories (repeatable; default all)."),
-    engine: bool = typer.Option(True, "--engine/--no-engine", help="Also time the full pipeline (policy + rollout engine)."),
+    engine: bool = typer.Option(
+        True, "--engine/--no-engine", help="Also time the full pipeline (policy + rollout engine)."
+    ),
 ) -> None:
     """Time replaying and scoring every entry's ground truth: env only, then through the engine."""
     from coevolve.config import RunConfig
@@ -160,4 +174,6 @@ def bench_env(
     console.print(_table(f"{env_name}: reference replay, env only", summarize(tasks, scores)[2], t_env))
     if engine:
         result = evaluate(None, RunConfig(), "bench", 0, ReplayPolicy(tasks), tasks, env=env)
-        console.print(_table(f"{env_name}: reference replay, policy + rollout engine", result.per_category, result.seconds))
+        console.print(
+            _table(f"{env_name}: reference replay, policy + rollout engine", result.per_category, result.seconds)
+        )

@@ -1,9 +1,9 @@
 """``coevolve serve`` and ``coevolve bench rollout``: the policy layer from the command line.
 
-    coevolve serve --model tiny --port 8000                 # OpenAI-compatible API on loopback
-    coevolve bench rollout                                  # SmolLM2, 8 episodes, batch 8 (about 3 minutes)
-    coevolve bench rollout --model tiny --episodes 32       # the test model (seconds)
-        # generated tokens/s of the rollout engine, batched vs one episode at a time, side by side
+coevolve serve --model tiny --port 8000                 # OpenAI-compatible API on loopback
+coevolve bench rollout                                  # SmolLM2, 8 episodes, batch 8 (about 3 minutes)
+coevolve bench rollout --model tiny --episodes 32       # the test model (seconds)
+    # generated tokens/s of the rollout engine, batched vs one episode at a time, side by side
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def bench_rollout(
     env_name: str = typer.Option("bfcl-v3", "--env", help="Environment plug-in."),
     category: str = typer.Option("multi_turn_base", help="Task category of the environment."),
     episodes: int = typer.Option(
-        8, help="Episodes per mode (tasks x samples); 8 = the rollouts of one default GRPO step."),
+        8, help="Episodes per mode (tasks x samples); 8 = the rollouts of one default GRPO step."
+    ),
     samples: int = typer.Option(4, help="Samples per task (the group size)."),
     batch_size: int = typer.Option(8, help="Episodes generated together in the batched mode."),
     max_new_tokens: int = typer.Option(96, help="Generation budget per assistant message."),
@@ -63,8 +64,10 @@ def bench_rollout(
     tool_format: str = typer.Option("compact", help="'compact' or 'json'."),
     dtype: str = typer.Option("auto", help="policy.dtype: 'auto', 'float32', 'bfloat16' or 'float16'."),
     threads: int = typer.Option(
-        0, help="torch intra-op threads (0 = torch's default: one per core). 1 suits the tiny model, whose "
-                "steps are too small to split across cores."),
+        0,
+        help="torch intra-op threads (0 = torch's default: one per core). 1 suits the tiny model, whose "
+        "steps are too small to split across cores.",
+    ),
     seed: int = typer.Option(0, help="Seed of the rollouts."),
 ) -> None:
     """Rollout engine throughput: batched vs one episode at a time, plus a same-seed replay check."""
@@ -92,16 +95,29 @@ def bench_rollout(
         policy.prefix_cache.clear()  # every mode starts cold
         stats = policy.stats = DecodeStats()
         t = time.perf_counter()
-        results = run_episodes(policy, env, tasks, n_samples=samples, sampling=sampling, step_limit=step_limit,
-                               phase="eval", run_id="bench", round=0, batch_size=bs, seed=seed)
+        results = run_episodes(
+            policy,
+            env,
+            tasks,
+            n_samples=samples,
+            sampling=sampling,
+            step_limit=step_limit,
+            phase="eval",
+            run_id="bench",
+            round=0,
+            batch_size=bs,
+            seed=seed,
+        )
         return results, time.perf_counter() - t, stats
 
     import torch
 
     dtype_name = str(policy.dtype).removeprefix("torch.")
-    console.print(f"{len(tasks)} {category} tasks x {samples} samples, model {model} ({policy.model_path}, "
-                  f"{dtype_name}), {torch.get_num_threads()} threads, max_new_tokens {max_new_tokens}, "
-                  f"step_limit {step_limit}")
+    console.print(
+        f"{len(tasks)} {category} tasks x {samples} samples, model {model} ({policy.model_path}, "
+        f"{dtype_name}), {torch.get_num_threads()} threads, max_new_tokens {max_new_tokens}, "
+        f"step_limit {step_limit}"
+    )
     # Warm up outside the timings: the half-precision copy of the weights, kernel selection.
     policy.generate([list(range(1, 33))] * 2, SamplingParams(temperature=1.0, max_new_tokens=4), [0, 1])
     rows = []
@@ -110,21 +126,31 @@ def bench_rollout(
         tokens = sum(r.n_generated_tokens for r in results)
         rows.append((label, len(results), tokens, secs, tokens / secs, results, stats))
     base = rows[1][4]
-    console.print(f"{'mode':<15}{'eps':>4}{'tokens':>8}{'seconds':>9}{'tok/s':>8}{'speedup':>8}"
-                  f"{'prefill':>9}{'decode':>8}{'batch':>7}")
+    console.print(
+        f"{'mode':<15}{'eps':>4}{'tokens':>8}{'seconds':>9}{'tok/s':>8}{'speedup':>8}"
+        f"{'prefill':>9}{'decode':>8}{'batch':>7}"
+    )
     for label, n, tokens, secs, rate, _, st in rows:
-        console.print(f"{label:<15}{n:>4}{tokens:>8}{secs:>9.1f}{rate:>8.1f}{rate / base:>7.2f}x"
-                      f"{st.prefill_s:>8.1f}s{st.decode_s:>7.1f}s{st.row_steps / max(1, st.steps):>7.2f}")
+        console.print(
+            f"{label:<15}{n:>4}{tokens:>8}{secs:>9.1f}{rate:>8.1f}{rate / base:>7.2f}x"
+            f"{st.prefill_s:>8.1f}s{st.decode_s:>7.1f}s{st.row_steps / max(1, st.steps):>7.2f}"
+        )
     st = rows[0][6]
-    console.print(f"tokens: generated; prefill/decode: seconds computing prompts / sampling tokens (the rest "
-                  f"is rendering, parsing, the environment); batch: mean rows per decoding step. "
-                  f"Batched: {st.prefill_tokens} prompt tokens computed, the rest found in the prefix cache; "
-                  f"{st.steps} decoding steps.")
+    console.print(
+        f"tokens: generated; prefill/decode: seconds computing prompts / sampling tokens (the rest "
+        f"is rendering, parsing, the environment); batch: mean rows per decoding step. "
+        f"Batched: {st.prefill_tokens} prompt tokens computed, the rest found in the prefix cache; "
+        f"{st.steps} decoding steps."
+    )
     again, _, _ = measure(batch_size)
-    same = [[m["content"] for m in r.messages] for r in again] == [[m["content"] for m in r.messages] for r in rows[0][5]]
+    same = [[m["content"] for m in r.messages] for r in again] == [
+        [m["content"] for m in r.messages] for r in rows[0][5]
+    ]
     from coevolve.schemas import to_table
 
     table = to_table("rollouts", [row for r in again for row in r.steps])  # validates every row
     assistant = sum(1 for r in again for m in r.messages if m["role"] == "assistant")
-    console.print(f"same seed, same rollouts (batched run repeated): {'yes' if same else 'NO'}; "
-                  f"{table.num_rows} rollout rows for {assistant} model messages")
+    console.print(
+        f"same seed, same rollouts (batched run repeated): {'yes' if same else 'NO'}; "
+        f"{table.num_rows} rollout rows for {assistant} model messages"
+    )

@@ -17,7 +17,9 @@ from coevolve.cli.common import console, parse_sets
 
 @bench_app.command("reliability")
 def bench_reliability(
-    scenarios: str = typer.Option("kill,concurrent-local,concurrent-s3,s3-faults,fuzz", help="Comma-separated scenarios."),
+    scenarios: str = typer.Option(
+        "kill,concurrent-local,concurrent-s3,s3-faults,fuzz", help="Comma-separated scenarios."
+    ),
     config: str = typer.Option("configs/tiny.yaml", "--config", "-c", help="Run config of the kill and fault runs."),
     rounds: int = typer.Option(2, help="Rounds of each run of the kill scenario."),
     kills: int = typer.Option(20, help="SIGKILL points of the kill scenario."),
@@ -34,9 +36,18 @@ def bench_reliability(
     from coevolve.reliability import SMALL_RUN, CampaignConfig, format_table, run_campaign
 
     cc = CampaignConfig(
-        scenarios=[s.strip() for s in scenarios.split(",") if s.strip()], config=config or None,
-        overrides={**SMALL_RUN, **parse_sets(set_)}, rounds=rounds, kills=kills, procs=procs, commits=commits,
-        fault_rate=fault_rate, fault_rounds=fault_rounds, fuzz=fuzz, seed=seed, workdir=workdir,
+        scenarios=[s.strip() for s in scenarios.split(",") if s.strip()],
+        config=config or None,
+        overrides={**SMALL_RUN, **parse_sets(set_)},
+        rounds=rounds,
+        kills=kills,
+        procs=procs,
+        commits=commits,
+        fault_rate=fault_rate,
+        fault_rounds=fault_rounds,
+        fuzz=fuzz,
+        seed=seed,
+        workdir=workdir,
     )
     results = run_campaign(cc, log=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
     print(format_table(results), flush=True)  # plain: never wrapped to the terminal's width

@@ -76,14 +76,28 @@ def _brief(info: dict) -> str:
 
 
 _METRICS = [
-    ("round", "round"), ("pool", "pool_size"), ("forget", "signals_forgetting"), ("bound", "signals_boundary"),
-    ("rare", "signals_rare"), ("cands", "n_candidates"), ("kept", "n_accepted"), ("pass", "pass_rate"),
-    ("trainR", "train_reward"), ("eval", "eval_score"), ("evalR", "eval_reward"),
+    ("round", "round"),
+    ("pool", "pool_size"),
+    ("forget", "signals_forgetting"),
+    ("bound", "signals_boundary"),
+    ("rare", "signals_rare"),
+    ("cands", "n_candidates"),
+    ("kept", "n_accepted"),
+    ("pass", "pass_rate"),
+    ("trainR", "train_reward"),
+    ("eval", "eval_score"),
+    ("evalR", "eval_reward"),
 ]
 _TIMINGS = [
-    ("round", "round"), ("train", "t_train"), ("signals", "t_signals"), ("explore", "t_explore"),
-    ("abstract", "t_abstract"), ("validate", "t_validate"), ("commit", "t_commit"),
-    ("eval", "t_evaluate"), ("total", "t_total"),
+    ("round", "round"),
+    ("train", "t_train"),
+    ("signals", "t_signals"),
+    ("explore", "t_explore"),
+    ("abstract", "t_abstract"),
+    ("validate", "t_validate"),
+    ("commit", "t_commit"),
+    ("eval", "t_evaluate"),
+    ("total", "t_total"),
 ]
 
 
@@ -94,7 +108,9 @@ def summary_tables(rows: list[dict]):
 
     out = []
     for title, cols in (("per-round summary", _METRICS), ("stage timings (seconds)", _TIMINGS)):
-        table = Table(title=f"coevolve: {title}", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
+        table = Table(
+            title=f"coevolve: {title}", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True
+        )
         if cols is _METRICS and any(row.get("round") == 0 for row in rows):
             table.caption = "round 0: the seed pool, synthesized from training-scenario states"
         for head, _ in cols:
@@ -141,9 +157,23 @@ def prefect_api(timeout_s: float = 120.0) -> Iterator[str | None]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
-         "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
-         "--log-level", "error", "--lifespan", "on"],
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--app-dir",
+            str(prefect.__module_path__.parent),
+            "--factory",
+            "prefect.server.api.server:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "error",
+            "--lifespan",
+            "on",
+        ],
         env={**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"},
         preexec_fn=_die_with_parent,
         stdout=subprocess.DEVNULL,
@@ -211,4 +241,4 @@ def run(
         remove()
     for table in summary_tables(rows):
         console.print(table)
-    console.print(f"Query the results: coevolve sql --store {cfg.store} \"select * from rounds\"")
+    console.print(f'Query the results: coevolve sql --store {cfg.store} "select * from rounds"')

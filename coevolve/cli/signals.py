@@ -1,8 +1,8 @@
 """``coevolve signals`` and ``coevolve bench signals``: the feedback signals of a round.
 
-    coevolve signals --store .coevolve/store --round 2            # print (mine if not stored yet)
-    coevolve signals --round 2 --run myrun --mine --set rare_n=1   # re-mine with other thresholds
-    coevolve bench signals --rows 10000000                          # SQL vs the pandas reference
+coevolve signals --store .coevolve/store --round 2            # print (mine if not stored yet)
+coevolve signals --round 2 --run myrun --mine --set rare_n=1   # re-mine with other thresholds
+coevolve bench signals --rows 10000000                          # SQL vs the pandas reference
 """
 
 from __future__ import annotations
@@ -53,9 +53,13 @@ _SUMMARY = {
 @app.command()
 def signals(
     round: int = typer.Option(..., "--round", "-r", help="The round whose signals to show."),
-    store: str = typer.Option("", "--store", "-s", help="Local directory or s3://bucket/prefix (default: the config's)."),
+    store: str = typer.Option(
+        "", "--store", "-s", help="Local directory or s3://bucket/prefix (default: the config's)."
+    ),
     run: str = typer.Option("", "--run", help="Run name (default: the config's run_name, 'default')."),
-    config: str = typer.Option(None, "--config", "-c", help="Run config YAML; its `signals` section sets the thresholds."),
+    config: str = typer.Option(
+        None, "--config", "-c", help="Run config YAML; its `signals` section sets the thresholds."
+    ),
     sets: list[str] = typer.Option([], "--set", help="Override a signals threshold, KEY=VALUE (repeatable)."),
     mine: bool = typer.Option(False, "--mine", help="Mine again from the rollouts and rewrite the round's signals."),
     format: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="table (for people) or json."),
@@ -88,8 +92,12 @@ def signals(
         except (KeyError, TypeError):  # edited queries may return other evidence columns
             summary = json.dumps(ev)
         out.add_row(
-            r["signal_type"], str(r["rank"]), r["task_id"] or r["pattern"], f"{r['score']:.4g}",
-            "yes" if r["is_new"] else "no", summary,
+            r["signal_type"],
+            str(r["rank"]),
+            r["task_id"] or r["pattern"],
+            f"{r['score']:.4g}",
+            "yes" if r["is_new"] else "no",
+            summary,
         )
     console.print(out)
     counts = {t: sum(r["signal_type"] == t for r in rows) for t in order}

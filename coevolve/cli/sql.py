@@ -51,10 +51,16 @@ def print_vertical(names: list[str], rows: list[dict], width: int) -> None:
     for i, row in enumerate(rows, 1):
         console.print(f"-[ record {i} ]".ljust(width, "-"), markup=False, highlight=False)
         for name in names:
-            lines = [w for line in (_cell(row[name]).splitlines() or [""]) for w in (textwrap.wrap(line, value_w) or [""])]
+            lines = [
+                w for line in (_cell(row[name]).splitlines() or [""]) for w in (textwrap.wrap(line, value_w) or [""])
+            ]
             for j, line in enumerate(lines):
-                console.print(f"{(name if j == 0 else '')[:key_w]:<{key_w}} | {line}", markup=False, highlight=False,
-                              soft_wrap=True)
+                console.print(
+                    f"{(name if j == 0 else '')[:key_w]:<{key_w}} | {line}",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
 
 
 def _flat(table):
@@ -72,12 +78,27 @@ def _flat(table):
 
 @app.command()
 def sql(
-    query: str = typer.Argument(None, help="SQL over the views: tasks, pool_versions, rollouts, signals, explorations, candidates, rounds, train_steps."),
-    file: Path = typer.Option(None, "--file", help="Run the query in this file instead (e.g. sql/reports/pool_growth.sql)."),
-    param: list[str] = typer.Option([], "--param", "-p", help="A named parameter of the query: --param task_id=abc (repeatable; values parsed as YAML scalars)."),
+    query: str = typer.Argument(
+        None,
+        help="SQL over the views: tasks, pool_versions, rollouts, signals, explorations, candidates, rounds, train_steps.",
+    ),
+    file: Path = typer.Option(
+        None, "--file", help="Run the query in this file instead (e.g. sql/reports/pool_growth.sql)."
+    ),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        "-p",
+        help="A named parameter of the query: --param task_id=abc (repeatable; values parsed as YAML scalars).",
+    ),
     store: str = typer.Option(".coevolve/store", "--store", "-s", help="Local directory or s3://bucket/prefix."),
-    format: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="table (for people), csv or json (for scripts)."),
-    layout: Layout = typer.Option(Layout.auto, help="Table format: side by side, one record at a time (vertical), or auto (vertical when wider than the terminal)."),
+    format: OutputFormat = typer.Option(
+        OutputFormat.table, "--format", "-f", help="table (for people), csv or json (for scripts)."
+    ),
+    layout: Layout = typer.Option(
+        Layout.auto,
+        help="Table format: side by side, one record at a time (vertical), or auto (vertical when wider than the terminal).",
+    ),
     max_rows: int = typer.Option(200, help="Rows shown in table format."),
 ) -> None:
     """Run a SQL query (or a query file) over the store and print the result."""
@@ -115,9 +136,7 @@ def sql(
 
         rows = table.slice(0, max_rows).to_pylist()
         names = table.column_names
-        vertical = layout is Layout.vertical or (
-            layout is Layout.auto and _natural_width(names, rows) > console.width
-        )
+        vertical = layout is Layout.vertical or (layout is Layout.auto and _natural_width(names, rows) > console.width)
         if vertical:
             print_vertical(names, rows, console.width)
         else:

@@ -73,8 +73,9 @@ def bench_train(
     batch: int = typer.Option(4, "--batch", help="Sequences per step."),
     seq_len: int = typer.Option(256, "--seq-len", help="Tokens per sequence."),
     threads: int = typer.Option(0, "--threads", help="torch threads (0 = every core)."),
-    whole_step: bool = typer.Option(True, "--whole-step/--no-whole-step",
-                                    help="Also time one default GRPO step of SmolLM2 (rollouts + update)."),
+    whole_step: bool = typer.Option(
+        True, "--whole-step/--no-whole-step", help="Also time one default GRPO step of SmolLM2 (rollouts + update)."
+    ),
 ) -> None:
     """The local trainer's update step next to a plain torch (+ peft) reference doing the same
     math on the same shapes (the tiny model with full fine-tuning, others with LoRA r=16), and
@@ -83,14 +84,31 @@ def bench_train(
 
     from coevolve.train.bench import measure_grpo_step, measure_update
 
-    table = Table("model", "mode", "params trained", "batch x tokens", "threads", "trainer s/step",
-                  "plain torch s/step", "trainer / plain speed", "trainer tokens/s")
+    table = Table(
+        "model",
+        "mode",
+        "params trained",
+        "batch x tokens",
+        "threads",
+        "trainer s/step",
+        "plain torch s/step",
+        "trainer / plain speed",
+        "trainer tokens/s",
+    )
     for name in models:
         lora = name != "tiny"
         m = measure_update(name, lora=lora, steps=steps, batch=batch, seq_len=seq_len, threads=threads)
-        table.add_row(name, "LoRA r=16" if lora else "full", f"{m['trainable']:,}", f"{batch} x {seq_len}",
-                      str(m["threads"]), f"{m['trainer_s']:.2f}", f"{m['reference_s']:.2f}", f"{m['ratio']:.0%}",
-                      f"{m['tokens'] / m['trainer_s']:,.0f}")
+        table.add_row(
+            name,
+            "LoRA r=16" if lora else "full",
+            f"{m['trainable']:,}",
+            f"{batch} x {seq_len}",
+            str(m["threads"]),
+            f"{m['trainer_s']:.2f}",
+            f"{m['reference_s']:.2f}",
+            f"{m['ratio']:.0%}",
+            f"{m['tokens'] / m['trainer_s']:,.0f}",
+        )
     console.print(table)
     if whole_step:
         w = measure_grpo_step("smollm2", **({"train.threads": threads} if threads else {}))
@@ -107,8 +125,14 @@ def bench_train(
 def bench_sft(
     model: str = typer.Option("smollm2", "--model", help="Model to warm-start."),
     steps: int = typer.Option(30, "--steps", help="LoRA SFT steps."),
-    n_train: int = typer.Option(24, "--train", help="Synthesized tasks (round 0, half of its scenarios) whose reference trajectories are trained on."),
-    n_heldout: int = typer.Option(12, "--heldout", help="First turns of synthesized tasks on the other scenarios, measured."),
+    n_train: int = typer.Option(
+        24,
+        "--train",
+        help="Synthesized tasks (round 0, half of its scenarios) whose reference trajectories are trained on.",
+    ),
+    n_heldout: int = typer.Option(
+        12, "--heldout", help="First turns of synthesized tasks on the other scenarios, measured."
+    ),
     batch: int = typer.Option(2, "--batch", help="Trajectories per SFT step."),
     lr: float = typer.Option(5e-4, "--lr", help="SFT learning rate."),
 ) -> None:

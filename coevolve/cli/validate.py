@@ -36,8 +36,11 @@ def _pool_rows(env, size: int) -> list[dict]:
                 for j in range(i + 1, len(t.turns) + 1):
                     turns = [f"{s} (variant {copy})" if copy else s for s in t.turns[i:j]]
                     w = dataclasses.replace(
-                        t, task_id=f"{t.task_id}[{i}:{j}]#{copy}", turns=turns,
-                        reference_actions=t.reference_actions[i:j], split="train",
+                        t,
+                        task_id=f"{t.task_id}[{i}:{j}]#{copy}",
+                        turns=turns,
+                        reference_actions=t.reference_actions[i:j],
+                        split="train",
                     )
                     rows.append(w.to_row())
                     if len(rows) == size:
@@ -60,8 +63,16 @@ def _candidates(env, cfg, n: int, pool_rows: list[dict]) -> list[dict]:
         t = tasks[(i * 7) % len(tasks)]
         focus = list(dict.fromkeys(c["name"] for turn in t.reference_actions for c in turn))
         kind = ("forgetting", "boundary", "rare")[i % 3]
-        contexts.append(ExploreContext(f"b{i:05d}", kind, t, focus[:3], sequence=kind == "rare",
-                                       avoid=frozenset(cfg.validate_.blocked_functions)))
+        contexts.append(
+            ExploreContext(
+                f"b{i:05d}",
+                kind,
+                t,
+                focus[:3],
+                sequence=kind == "rare",
+                avoid=frozenset(cfg.validate_.blocked_functions),
+            )
+        )
     sessions = run_sessions(RuleExplorer(cfg), contexts, env, runs, cfg.explore.steps_per_run, cfg.seed)
     rows = session_rows("bench", sessions)
     by_run: dict = {}
@@ -72,8 +83,16 @@ def _candidates(env, cfg, n: int, pool_rows: list[dict]) -> list[dict]:
     for s in sessions:
         start = start_task(s.context.task)
         docs.setdefault(start.task_id, {d["name"]: d for d in env.function_docs(start)})
-        run_objs.append(Run(s.context.signal_id, s.context.signal_type, s.run_idx, start,
-                            by_run[(s.context.signal_id, s.run_idx)], docs[start.task_id]))
+        run_objs.append(
+            Run(
+                s.context.signal_id,
+                s.context.signal_type,
+                s.run_idx,
+                start,
+                by_run[(s.context.signal_id, s.run_idx)],
+                docs[start.task_id],
+            )
+        )
     out = []
     for run, result in zip(run_objs, TemplateAbstractor(cfg).abstract(run_objs)):
         spec = make_task(run, *result, "bench", 1) if isinstance(result, tuple) else result
@@ -93,8 +112,12 @@ def _candidates(env, cfg, n: int, pool_rows: list[dict]) -> list[dict]:
         t = Task.from_json(out[k]["spec"])
         if t.reference_actions and t.reference_actions[-1]:
             # a last turn that repeats the turn before it (same calls): no new state, no new answer
-            t = dataclasses.replace(t, turns=t.turns + ["Again."], reference_actions=t.reference_actions
-                                    + [list(t.reference_actions[-1])], task_id=t.task_id + "~again")
+            t = dataclasses.replace(
+                t,
+                turns=t.turns + ["Again."],
+                reference_actions=t.reference_actions + [list(t.reference_actions[-1])],
+                task_id=t.task_id + "~again",
+            )
             out[k] = {**out[k], "spec": t.to_json(), "verdict": None, "reason": None}
     return out
 
@@ -107,7 +130,9 @@ def _say(text: str) -> None:
 def bench_validate(
     candidates: int = typer.Option(1000, "--candidates", "-n", help="Candidates to validate."),
     pool: int = typer.Option(10_000, "--pool", help="Tasks in the pool they are deduplicated against."),
-    policy: str = typer.Option(None, "--policy", help="Policy checkpoint or model name for pass 2 (default: pass 1 only)."),
+    policy: str = typer.Option(
+        None, "--policy", help="Policy checkpoint or model name for pass 2 (default: pass 1 only)."
+    ),
     solver_tasks: int = typer.Option(16, help="Candidates the configured solver attempts in pass 2, for its rate."),
     config: str = typer.Option(None, "--config", "-c", help="Run config YAML (its validate/policy sections apply)."),
     sets: list[str] = typer.Option([], "--set", help="Override a config key, KEY=VALUE (e.g. validate.attempts=4)."),

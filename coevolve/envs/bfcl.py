@@ -287,7 +287,11 @@ class BfclEpisode:
         ref_results, ref_calls = [], []
         for ref in self.task.reference_actions[t]:
             problem = self._reference.check(ref.get("name"), ref.get("arguments", {}))
-            result, error = (f"Error during execution: {problem}", problem) if problem else self._reference.call(ref["name"], ref["arguments"])
+            result, error = (
+                (f"Error during execution: {problem}", problem)
+                if problem
+                else self._reference.call(ref["name"], ref["arguments"])
+            )
             ref_results.append(result)
             ref_calls.append({**ref, "error": error})
         self.reference_results.append(ref_results)

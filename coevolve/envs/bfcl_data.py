@@ -60,9 +60,18 @@ _MERGE_GT_TURNS: dict[str, tuple[int, int]] = {"multi_turn_base_154": (1, 2)}
 
 # OpenAI/JSON-schema names of BFCL's type names (bfcl_eval.constants.type_mappings.GORILLA_TO_OPENAPI).
 _JSON_TYPES = {
-    "integer": "integer", "number": "number", "float": "number", "string": "string",
-    "boolean": "boolean", "bool": "boolean", "array": "array", "list": "array",
-    "dict": "object", "object": "object", "tuple": "array", "any": "string",
+    "integer": "integer",
+    "number": "number",
+    "float": "number",
+    "string": "string",
+    "boolean": "boolean",
+    "bool": "boolean",
+    "array": "array",
+    "list": "array",
+    "dict": "object",
+    "object": "object",
+    "tuple": "array",
+    "any": "string",
 }
 
 
@@ -107,7 +116,11 @@ def mutable_defaults(class_name: str) -> dict[str, dict[str, Any]]:
     """
     out: dict[str, dict[str, Any]] = {}
     for name, sig in public_methods(class_name).items():
-        found = {p.name: copy.deepcopy(p.default) for p in sig.parameters.values() if isinstance(p.default, (list, dict, set))}
+        found = {
+            p.name: copy.deepcopy(p.default)
+            for p in sig.parameters.values()
+            if isinstance(p.default, (list, dict, set))
+        }
         if found:
             out[name] = found
     return out
@@ -196,7 +209,7 @@ def _task_from_entry(entry: dict[str, Any], ground_truth: list[list[str]], categ
     gt = [list(turn) for turn in ground_truth]
     if entry_id in _MERGE_GT_TURNS and len(gt) > len(entry["question"]):
         a, b = _MERGE_GT_TURNS[entry_id]
-        gt[a:b + 1] = [gt[a] + gt[b]]
+        gt[a : b + 1] = [gt[a] + gt[b]]
     if len(gt) != len(entry["question"]):
         raise ValueError(f"{entry_id}: {len(entry['question'])} user turns but {len(gt)} ground-truth turns")
     classes = list(entry["involved_classes"])
@@ -229,12 +242,16 @@ def _category_tasks(category: str) -> tuple[Task, ...]:
     if category not in CATEGORIES:
         raise KeyError(f"unknown BFCL multi-turn category {category!r}; known: {', '.join(CATEGORIES)}")
     entries = _read_jsonl(data_dir() / f"BFCL_v3_{category}.json")
-    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(data_dir() / "possible_answer" / f"BFCL_v3_{category}.json")}
+    answers = {
+        a["id"]: a["ground_truth"] for a in _read_jsonl(data_dir() / "possible_answer" / f"BFCL_v3_{category}.json")
+    }
     tasks = [_task_from_entry(e, answers[e["id"]], category) for e in entries]
     return tuple(sorted(tasks, key=lambda t: int(t.task_id.rsplit("_", 1)[1])))
 
 
-def load_tasks(categories: list[str] | None = None, ids: list[str] | None = None, limit: int | None = None) -> list[Task]:
+def load_tasks(
+    categories: list[str] | None = None, ids: list[str] | None = None, limit: int | None = None
+) -> list[Task]:
     """BFCL multi-turn tasks ordered by category then numeric id (fresh copies).
 
     ``ids`` selects entries by id (their categories are inferred); ``limit`` keeps the
@@ -338,8 +355,9 @@ def eval_scenarios(heldout: frozenset[int], count: int, seed: int) -> list[int]:
     return sorted(random.Random(f"bfcl-eval/{seed}").sample(ordered, count))
 
 
-def heldout_tasks(heldout: frozenset[int], scenarios: list[int] | None = None,
-                  categories: list[str] | None = None) -> list[Task]:
+def heldout_tasks(
+    heldout: frozenset[int], scenarios: list[int] | None = None, categories: list[str] | None = None
+) -> list[Task]:
     """Full tasks (questions, ground truth, every turn) of held-out scenarios, for evaluation only.
 
     ``scenarios`` (default: all of ``heldout``) must all be held out: asking for a training
@@ -364,7 +382,10 @@ def normalized_arguments(name: str, arguments: dict[str, Any], owner: dict[str, 
     sig = public_methods(owner[name]).get(name)
     if sig is None:
         return dict(arguments)
-    out = {p.name: p.default for p in sig.parameters.values()
-           if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD}
+    out = {
+        p.name: p.default
+        for p in sig.parameters.values()
+        if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD
+    }
     out.update(arguments)
     return out

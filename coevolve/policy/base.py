@@ -105,11 +105,13 @@ class ChatStream:
         reqs, self._pending = self._pending, []
         if not reqs:
             return []
-        gens = self.policy.chat([r.messages for r in reqs], [r.tools for r in reqs], self.sampling,
-                                [r.meta for r in reqs])
+        gens = self.policy.chat(
+            [r.messages for r in reqs], [r.tools for r in reqs], self.sampling, [r.meta for r in reqs]
+        )
         if len(gens) != len(reqs):
-            raise RuntimeError(f"{type(self.policy).__name__}.chat returned {len(gens)} generations "
-                               f"for {len(reqs)} conversations")
+            raise RuntimeError(
+                f"{type(self.policy).__name__}.chat returned {len(gens)} generations for {len(reqs)} conversations"
+            )
         return [(r.key, g) for r, g in zip(reqs, gens)]
 
     def __len__(self) -> int:
@@ -127,8 +129,9 @@ def chat_through(
 ) -> list[Generation]:
     """``Policy.chat`` on top of a stream: submit every conversation, collect all, in order."""
     try:
-        stream.submit([Request(i, conv, tl, meta[i] if meta else None)
-                       for i, (conv, tl) in enumerate(zip(conversations, tools))])
+        stream.submit(
+            [Request(i, conv, tl, meta[i] if meta else None) for i, (conv, tl) in enumerate(zip(conversations, tools))]
+        )
         out: dict[Hashable, Generation] = {}
         while stream:
             out.update(stream.collect())

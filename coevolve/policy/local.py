@@ -150,8 +150,9 @@ def gqa_attention(
     prefill (sdpa's fused kernels are faster there), training and dropout take the sdpa path.
     """
     if torch.is_grad_enabled() or dropout or query.shape[2] > 1:  # sdpa's kernels win on prefill
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     b, h, q, d = query.shape
     kv = key.shape[1]
     rep = h // kv
@@ -235,7 +236,9 @@ class PrefixCache:
 
     def __init__(self, max_tokens: int):
         self.max_tokens = max_tokens
-        self._entries: OrderedDict[tuple[int, ...], tuple[np.ndarray, list[tuple[torch.Tensor, torch.Tensor]]]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, ...], tuple[np.ndarray, list[tuple[torch.Tensor, torch.Tensor]]]] = (
+            OrderedDict()
+        )
         self._logits: dict[tuple[int, ...], torch.Tensor] = {}
         self._tokens = 0
 
@@ -264,7 +267,9 @@ class PrefixCache:
         self._entries.move_to_end(best_key)
         return best, [(k[:, :, :best], v[:, :, :best]) for k, v in self._entries[best_key][1]]
 
-    def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], logits: torch.Tensor | None = None) -> None:
+    def put(
+        self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], logits: torch.Tensor | None = None
+    ) -> None:
         key = tuple(ids)
         if len(key) < _MIN_PREFIX or len(key) > self.max_tokens or key in self._entries:
             return
@@ -342,8 +347,12 @@ class LocalPolicy:
         """The prompt of a conversation, with the exact ids this policy generated for its
         assistant messages (so the prefix cache finds the previous prompt and answer)."""
         return render_prompt(
-            messages, tools, self.tokenizer, tool_format=self.cfg.tool_format,
-            max_context_tokens=self.max_context_tokens, max_new_tokens=sampling.max_new_tokens,
+            messages,
+            tools,
+            self.tokenizer,
+            tool_format=self.cfg.tool_format,
+            max_context_tokens=self.max_context_tokens,
+            max_new_tokens=sampling.max_new_tokens,
             assistant_ids=self._answers,
         )
 
@@ -420,7 +429,8 @@ class LocalPolicy:
         out = self.runner(
             input_ids=torch.tensor([ids[p:]], device=self.device),
             position_ids=torch.arange(p, len(ids), device=self.device)[None],
-            past_key_values=cache, use_cache=True,
+            past_key_values=cache,
+            use_cache=True,
             # An index rather than logits_to_keep=1: the slice that makes is not contiguous, and
             # the output projection then copies its whole weight matrix on every call.
             logits_to_keep=torch.tensor([len(ids) - p - 1], device=self.device),
@@ -567,8 +577,10 @@ class Decoder:
             dev = self.policy.device
             out = self.policy.runner(
                 input_ids=torch.tensor([tokens[j] for j in keep], device=dev)[:, None],
-                attention_mask=mask.long().to(dev), position_ids=self.lengths[:, None].to(dev),
-                past_key_values=self.cache, use_cache=True,
+                attention_mask=mask.long().to(dev),
+                position_ids=self.lengths[:, None].to(dev),
+                past_key_values=self.cache,
+                use_cache=True,
             )
             self.lengths = self.lengths + 1
             self.logits = out.logits[:, -1]
@@ -593,7 +605,7 @@ class Decoder:
         row, n = self.rows[j], int(self.lengths[j])
         fed = n - len(row.prompt)
         if fed > 0:
-            kv = [(l.keys[j:j + 1, :, -n:].clone(), l.values[j:j + 1, :, -n:].clone()) for l in self.cache.layers]
+            kv = [(l.keys[j : j + 1, :, -n:].clone(), l.values[j : j + 1, :, -n:].clone()) for l in self.cache.layers]
             self.policy.prefix_cache.put(row.prompt + row.generated[:fed], kv)
 
 
@@ -625,9 +637,12 @@ class LocalStream:
         prompt = self._prompts.pop(row.key)
         ids = row.generated
         return Generation(
-            text=self.policy.answer_text(ids), prompt_tokens=len(prompt.ids), completion_tokens=len(ids),
+            text=self.policy.answer_text(ids),
+            prompt_tokens=len(prompt.ids),
+            completion_tokens=len(ids),
             finish_reason="context_limit" if prompt.context_limit else finish,
-            prompt_ids=list(row.prompt), completion_ids=ids + ([row.stop] if row.stop is not None else []),
+            prompt_ids=list(row.prompt),
+            completion_ids=ids + ([row.stop] if row.stop is not None else []),
             completion_logprobs=list(row.logprobs),
         )
 

@@ -32,7 +32,7 @@ CHATML_TOOLS_TEMPLATE = (
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
     "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}"
     "{{ '\\n' }}</tools>\n\nFor each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
     "</tool_call><|im_end|>\n"
     "{% elif messages[0]['role'] == 'system' %}"
     "<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n"
@@ -43,7 +43,7 @@ CHATML_TOOLS_TEMPLATE = (
     "{% elif message['role'] == 'assistant' %}"
     "<|im_start|>assistant{% if message['content'] %}{{ '\\n' }}{{ message['content'] }}{% endif %}"
     "{% for tc in message.tool_calls %}{% if tc.function is defined %}{% set tc = tc.function %}{% endif %}"
-    "{{ '\\n' }}<tool_call>\n{\"name\": \"{{ tc.name }}\", \"arguments\": {{ tc.arguments | tojson }}}\n</tool_call>"
+    '{{ \'\\n\' }}<tool_call>\n{"name": "{{ tc.name }}", "arguments": {{ tc.arguments | tojson }}}\n</tool_call>'
     "{% endfor %}<|im_end|>\n"
     "{% elif message['role'] == 'tool' %}"
     "{% if loop.index0 == 0 or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
@@ -217,8 +217,10 @@ def _build_smollm2(out: Path) -> None:
     result = model.load_state_dict(loaded.state_dict(), strict=False)
     missing = set(result.missing_keys) - {"lm_head.weight"}  # tied to the embeddings
     if missing or result.unexpected_keys:
-        raise RuntimeError(f"GGUF weights do not fit the config: missing {sorted(missing)[:5]}, "
-                           f"unexpected {sorted(result.unexpected_keys)[:5]}")
+        raise RuntimeError(
+            f"GGUF weights do not fit the config: missing {sorted(missing)[:5]}, "
+            f"unexpected {sorted(result.unexpected_keys)[:5]}"
+        )
     model.tie_weights()
     # The GGUF metadata names <|im_start|> as eos; the chat template ends turns with <|im_end|>.
     tokenizer.eos_token = "<|im_end|>"

@@ -76,8 +76,11 @@ class OpenAIPolicy:
         key = os.environ.get(cfg.api_key_env, "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(
-            base_url=cfg.base_url.rstrip("/"), headers=headers, timeout=cfg.timeout_s,
-            limits=httpx.Limits(max_connections=max(1, cfg.concurrency)), transport=transport,
+            base_url=cfg.base_url.rstrip("/"),
+            headers=headers,
+            timeout=cfg.timeout_s,
+            limits=httpx.Limits(max_connections=max(1, cfg.concurrency)),
+            transport=transport,
         )
         self._counter = TokenCounter.estimate()
         self._url = cfg.base_url.rstrip("/") + "/chat/completions"
@@ -99,7 +102,9 @@ class OpenAIPolicy:
         """A ``GenerationStream`` of concurrent requests, each collected as soon as it returns."""
         return EndpointStream(self, sampling)
 
-    def _one(self, messages: list[Message], tools: list[dict[str, Any]], seed: int, sampling: SamplingParams) -> Generation:
+    def _one(
+        self, messages: list[Message], tools: list[dict[str, Any]], seed: int, sampling: SamplingParams
+    ) -> Generation:
         budget = max(16, self.cfg.max_context_tokens - sampling.max_new_tokens)
         msgs, _ = fit_budget(messages, tools, tool_format=self.cfg.tool_format, budget=budget, counter=self._counter)
         body = {
@@ -145,9 +150,7 @@ class OpenAIPolicy:
             if r.status_code == 400 and "context" in r.text.lower():
                 return None
             raise EndpointError(f"{self._url} refused the request: HTTP {r.status_code} {r.text[:300]}")
-        raise EndpointError(
-            f"{self._url} failed after {self.max_retries + 1} attempts; last: {last}"
-        )
+        raise EndpointError(f"{self._url} failed after {self.max_retries + 1} attempts; last: {last}")
 
 
 class EndpointStream:

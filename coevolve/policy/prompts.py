@@ -43,7 +43,7 @@ SYSTEM_PROMPT = (
 )
 
 _CALL_HINT = (
-    'For each function call, return a json object with function name and arguments within '
+    "For each function call, return a json object with function name and arguments within "
     '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
     "<args-json-object>}\n</tool_call>"
 )
@@ -81,7 +81,9 @@ def compact_signature(tool: dict[str, Any]) -> str:
     params = fn.get("parameters") or {}
     props = params.get("properties") or {}
     required = set(params.get("required") or [])
-    args = [f"{k}: {_type_name(v if isinstance(v, dict) else {})}{'' if k in required else '=?'}" for k, v in props.items()]
+    args = [
+        f"{k}: {_type_name(v if isinstance(v, dict) else {})}{'' if k in required else '=?'}" for k, v in props.items()
+    ]
     line = f"{fn.get('name', '?')}({', '.join(args)})"
     summary = _summary(str(fn.get("description", "")))
     return f"{line} - {summary}" if summary else line
@@ -199,7 +201,7 @@ def fit_budget(
     obs_limit = max_observation_tokens or max(32, budget // 4)
     msgs = [_truncate_observation(m, obs_limit, counter) if m["role"] == "tool" else m for m in messages]
     system = [m for m in msgs[:1] if m["role"] == "system"]
-    body = msgs[len(system):]
+    body = msgs[len(system) :]
     fixed = counter.count(system_message(system, tools, tool_format)["content"]) + _MESSAGE_OVERHEAD + 3
     sizes = [counter.count(m.get("content") or "") + _MESSAGE_OVERHEAD for m in body]
     total = fixed + sum(sizes)
@@ -266,7 +268,11 @@ def render_prompt(
     budget = max(16, max_context_tokens - max_new_tokens)
     counter = TokenCounter.for_tokenizer(tokenizer)
     msgs, _ = fit_budget(
-        messages, tools, tool_format=tool_format, budget=budget, counter=counter,
+        messages,
+        tools,
+        tool_format=tool_format,
+        budget=budget,
+        counter=counter,
         max_observation_tokens=max_observation_tokens,
     )
     wire = to_wire(msgs, tools, tool_format)
@@ -311,11 +317,13 @@ def tokenize_for_training(
     for k, msg in enumerate(messages):
         if msg["role"] != "assistant":
             continue
-        before = tokenizer.apply_chat_template(to_wire(messages[:k], tools, tool_format), tokenize=False, add_generation_prompt=True)
+        before = tokenizer.apply_chat_template(
+            to_wire(messages[:k], tools, tool_format), tokenize=False, add_generation_prompt=True
+        )
         after = tokenizer.apply_chat_template(to_wire(messages[: k + 1], tools, tool_format), tokenize=False)
         if not before.startswith(done) or not after.startswith(before):
             raise ValueError("the chat template does not render the conversation incrementally")
-        for piece, label in ((before[len(done):], 0), (after[len(before):], 1)):
+        for piece, label in ((before[len(done) :], 0), (after[len(before) :], 1)):
             piece_ids = tokenizer.encode(piece, add_special_tokens=False)
             ids += piece_ids
             mask += [label] * len(piece_ids)

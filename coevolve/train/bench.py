@@ -18,8 +18,9 @@ import time
 import torch
 
 
-def measure_update(model_name: str, *, lora: bool, steps: int, batch: int, seq_len: int, seed: int = 0,
-                   threads: int = 0) -> dict:
+def measure_update(
+    model_name: str, *, lora: bool, steps: int, batch: int, seq_len: int, seed: int = 0, threads: int = 0
+) -> dict:
     """Median seconds per step of the trainer and of the plain reference, after a warm-up step
     of each: ``{"trainer_s", "reference_s", "ratio" (reference_s / trainer_s), "tokens",
     "trainable", "threads"}``."""
@@ -44,8 +45,10 @@ def measure_update(model_name: str, *, lora: bool, steps: int, batch: int, seq_l
         vocab = model.get_input_embeddings().num_embeddings
         ids = torch.randint(0, vocab, (batch, seq_len))
         half = seq_len // 2
-        seqs = [TokenSequence(ids=row.tolist(), mask=[0] * half + [1] * (seq_len - half),
-                              logprobs=[0.0] * seq_len) for row in ids]
+        seqs = [
+            TokenSequence(ids=row.tolist(), mask=[0] * half + [1] * (seq_len - half), logprobs=[0.0] * seq_len)
+            for row in ids
+        ]
         packed = pack(seqs, 0, torch.linspace(-1.0, 1.0, batch).tolist())
         with torch.no_grad():
             packed["old_logp"] = sampled_logprobs(model.eval(), packed)
@@ -53,8 +56,17 @@ def measure_update(model_name: str, *, lora: bool, steps: int, batch: int, seq_l
         labels[:, :half] = -100
 
         def trainer_step() -> None:
-            grpo_optimizer_step(model, params, optimizer, [Chunk([], [packed], list(range(batch)))], refs=None, temperature=1.0, clip_eps=0.2,
-                                kl_coef=0.0, max_grad_norm=1.0)
+            grpo_optimizer_step(
+                model,
+                params,
+                optimizer,
+                [Chunk([], [packed], list(range(batch)))],
+                refs=None,
+                temperature=1.0,
+                clip_eps=0.2,
+                kl_coef=0.0,
+                max_grad_norm=1.0,
+            )
 
         def reference_step() -> None:
             model.train()
@@ -71,9 +83,14 @@ def measure_update(model_name: str, *, lora: bool, steps: int, batch: int, seq_l
                 if i:  # the first step pays for allocation and kernel selection
                     times[name].append(time.perf_counter() - started)
         trainer_s, reference_s = statistics.median(times["trainer"]), statistics.median(times["reference"])
-        return {"trainer_s": trainer_s, "reference_s": reference_s, "ratio": reference_s / trainer_s,
-                "tokens": batch * seq_len, "trainable": sum(p.numel() for p in params),
-                "threads": torch.get_num_threads()}
+        return {
+            "trainer_s": trainer_s,
+            "reference_s": reference_s,
+            "ratio": reference_s / trainer_s,
+            "tokens": batch * seq_len,
+            "trainable": sum(p.numel() for p in params),
+            "threads": torch.get_num_threads(),
+        }
     finally:
         torch.set_num_threads(before)
 
@@ -91,9 +108,19 @@ def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides
 
     tasks = synthesized_tasks(seed)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(None, {"run_name": "bench", "store": tmp, "seed": seed, "policy.model": model_name,
-                                 "train.checkpoint_dir": f"{tmp}/ckpt", "train.sft_steps": 0, "train.steps": 1,
-                                 **overrides})
+        cfg = load_config(
+            None,
+            {
+                "run_name": "bench",
+                "store": tmp,
+                "seed": seed,
+                "policy.model": model_name,
+                "train.checkpoint_dir": f"{tmp}/ckpt",
+                "train.sft_steps": 0,
+                "train.steps": 1,
+                **overrides,
+            },
+        )
         store = Store(tmp)
         seen = []
         started = time.perf_counter()
@@ -102,11 +129,19 @@ def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides
         updates = store.read("train_steps").to_pylist()
     step = seen[0]
     update_s = sum(r["seconds"] for r in updates)
-    return {"seconds": step.seconds, "update_s": update_s, "rollout_s": step.seconds - update_s,
-            "total_s": total, "episodes": step.n_episodes, "n_tokens": step.n_tokens,
-            "n_computed_tokens": sum(r["n_computed_tokens"] or 0 for r in updates), "reward": step.mean_reward,
-            "ppo_epochs": cfg.train.ppo_epochs, "max_new_tokens": cfg.policy.max_new_tokens,
-            "share_prefix": cfg.train.share_prefix}
+    return {
+        "seconds": step.seconds,
+        "update_s": update_s,
+        "rollout_s": step.seconds - update_s,
+        "total_s": total,
+        "episodes": step.n_episodes,
+        "n_tokens": step.n_tokens,
+        "n_computed_tokens": sum(r["n_computed_tokens"] or 0 for r in updates),
+        "reward": step.mean_reward,
+        "ppo_epochs": cfg.train.ppo_epochs,
+        "max_new_tokens": cfg.policy.max_new_tokens,
+        "share_prefix": cfg.train.share_prefix,
+    }
 
 
 def single_turn_tasks(tasks: list) -> list:
@@ -116,9 +151,19 @@ def single_turn_tasks(tasks: list) -> list:
     out = []
     for t in tasks:
         if t.turns and t.turns[0] and t.reference_actions and t.reference_actions[0]:
-            out.append(Task(task_id=f"{t.task_id}-turn0", env=t.env, turns=[t.turns[0]], initial_state=t.initial_state,
-                            reference_actions=[t.reference_actions[0]], tools=t.tools, category=t.category,
-                            split=t.split, origin=t.origin))
+            out.append(
+                Task(
+                    task_id=f"{t.task_id}-turn0",
+                    env=t.env,
+                    turns=[t.turns[0]],
+                    initial_state=t.initial_state,
+                    reference_actions=[t.reference_actions[0]],
+                    tools=t.tools,
+                    category=t.category,
+                    split=t.split,
+                    origin=t.origin,
+                )
+            )
     return out
 
 
@@ -128,8 +173,17 @@ def first_call_quality(policy, env, tasks: list, *, max_new_tokens: int) -> dict
     from coevolve.policy.base import SamplingParams
     from coevolve.rollout import run_episodes
 
-    results = run_episodes(policy, env, tasks, sampling=SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
-                           step_limit=1, phase="eval", run_id="bench-sft", round=0, batch_size=4)
+    results = run_episodes(
+        policy,
+        env,
+        tasks,
+        sampling=SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
+        step_limit=1,
+        phase="eval",
+        run_id="bench-sft",
+        round=0,
+        batch_size=4,
+    )
     parsed = valid = correct = 0
     for task, r in zip(tasks, results):
         first = r.steps[0] if r.steps else {}
@@ -142,8 +196,17 @@ def first_call_quality(policy, env, tasks: list, *, max_new_tokens: int) -> dict
     return {"parsed": parsed / n, "valid": valid / n, "correct": correct / n, "n": len(tasks)}
 
 
-def sft_probe(model_name: str = "smollm2", *, sft_steps: int = 30, n_train: int = 24, n_heldout: int = 12,
-              batch: int = 2, lr: float = 5e-4, max_tokens: int = 1536, seed: int = 0) -> dict:
+def sft_probe(
+    model_name: str = "smollm2",
+    *,
+    sft_steps: int = 30,
+    n_train: int = 24,
+    n_heldout: int = 12,
+    batch: int = 2,
+    lr: float = 5e-4,
+    max_tokens: int = 1536,
+    seed: int = 0,
+) -> dict:
     """Does a short LoRA SFT warm start teach ``model_name`` tool calls?
 
     SFT on the reference trajectories of up to ``n_train`` synthesized tasks (round 0's seed pool
@@ -173,5 +236,11 @@ def sft_probe(model_name: str = "smollm2", *, sft_steps: int = 30, n_train: int 
     seconds = time.perf_counter() - started
     policy.prefix_cache.clear()
     after = first_call_quality(policy, env, heldout, max_new_tokens=64)
-    return {"before": before, "after": after, "sft_seconds": seconds, "losses": losses,
-            "n_examples": len(examples), "mean_tokens": sum(len(i) for i, _ in examples) / max(1, len(examples))}
+    return {
+        "before": before,
+        "after": after,
+        "sft_seconds": seconds,
+        "losses": losses,
+        "n_examples": len(examples),
+        "mean_tokens": sum(len(i) for i, _ in examples) / max(1, len(examples)),
+    }

@@ -121,7 +121,9 @@ class GrpoTrainer:
         t = cfg.train
         self.optimizer = torch.optim.AdamW(self.params, lr=t.lr, weight_decay=0.0)
         self.scheduler = get_scheduler(
-            t.lr_scheduler, self.optimizer, num_warmup_steps=t.warmup_steps,
+            t.lr_scheduler,
+            self.optimizer,
+            num_warmup_steps=t.warmup_steps,
             num_training_steps=max(t.steps * t.ppo_epochs, 1),
         )
         # behaviour log-probs were recorded on logits / temperature; the trainer scores the same
@@ -188,16 +190,29 @@ class GrpoTrainer:
         out = []
         for epoch in range(t.ppo_epochs):
             stats = grpo_optimizer_step(
-                self.model, self.params, self.optimizer, chunks, refs=refs, temperature=self.temperature,
-                clip_eps=t.clip_eps, kl_coef=t.kl_coef, max_grad_norm=t.max_grad_norm,
+                self.model,
+                self.params,
+                self.optimizer,
+                chunks,
+                refs=refs,
+                temperature=self.temperature,
+                clip_eps=t.clip_eps,
+                kl_coef=t.kl_coef,
+                max_grad_norm=t.max_grad_norm,
             )
             self.scheduler.step()
-            out.append({
-                **stats, "epoch": epoch,
-                "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
-                "n_sequences": len(seqs), "n_tokens": sum(len(s.ids) for s in seqs),
-                "n_trained_tokens": n_trained, "n_computed_tokens": n_computed,
-            })
+            out.append(
+                {
+                    **stats,
+                    "epoch": epoch,
+                    "reward_mean": float(rewards.mean()),
+                    "reward_std": float(rewards.std(unbiased=False)),
+                    "n_sequences": len(seqs),
+                    "n_tokens": sum(len(s.ids) for s in seqs),
+                    "n_trained_tokens": n_trained,
+                    "n_computed_tokens": n_computed,
+                }
+            )
         # the policy caches prompt-prefix KV across calls; those keys came from the old weights
         self.policy.prefix_cache.clear()
         return out
@@ -296,8 +311,16 @@ def train_local(
         torch.set_num_threads(threads_before)
 
 
-def _train(store: Any, cfg: Any, run_id: str, round: int, policy_in: str, tasks: list[Task], seed: int,
-           on_step: Callable[[StepStats], None] | None) -> TrainResult:
+def _train(
+    store: Any,
+    cfg: Any,
+    run_id: str,
+    round: int,
+    policy_in: str,
+    tasks: list[Task],
+    seed: int,
+    on_step: Callable[[StepStats], None] | None,
+) -> TrainResult:
     from coevolve.policy import load_policy
     from coevolve.train.sft import reference_chats, run_sft
 
@@ -312,8 +335,17 @@ def _train(store: Any, cfg: Any, run_id: str, round: int, policy_in: str, tasks:
     if t.sft_steps > 0 and policy_in == cfg.policy.model:
         chats = reference_chats(env, tasks, step_limit=cfg.env.step_limit, seed=seed)
         examples = [encode_result(policy.tokenizer, r, cfg.policy.tool_format, t.max_seq_tokens) for r in chats]
-        run_sft(model, policy.tokenizer, examples, steps=t.sft_steps, batch_size=t.sft_batch_size, lr=t.sft_lr,
-                micro_batch_size=t.micro_batch_size, seed=seed, share_prefix=t.share_prefix)
+        run_sft(
+            model,
+            policy.tokenizer,
+            examples,
+            steps=t.sft_steps,
+            batch_size=t.sft_batch_size,
+            lr=t.sft_lr,
+            micro_batch_size=t.micro_batch_size,
+            seed=seed,
+            share_prefix=t.share_prefix,
+        )
         policy.prefix_cache.clear()
 
     trainer = GrpoTrainer(policy, env, cfg, model, ref_model)
@@ -330,21 +362,30 @@ def _train(store: Any, cfg: Any, run_id: str, round: int, policy_in: str, tasks:
         store.write("rollouts", round, f"{run_id}-train-s{step:04d}", rows)
         updates = trainer.update(results)
         if updates:
-            store.write("train_steps", round, f"{run_id}-train-s{step:04d}",
-                        [{**u, "run_id": run_id, "step": step, "task_epoch": epoch} for u in updates])
+            store.write(
+                "train_steps",
+                round,
+                f"{run_id}-train-s{step:04d}",
+                [{**u, "run_id": run_id, "step": step, "task_epoch": epoch} for u in updates],
+            )
         rewards += [r.score.reward for r in results]
         successes += [bool(r.score.success) for r in results]
         if on_step:
             n = len(results)
             last = updates[-1] if updates else {}
-            on_step(StepStats(
-                step=step, epoch=epoch, n_episodes=n,
-                mean_reward=sum(r.score.reward for r in results) / n,
-                success_rate=sum(bool(r.score.success) for r in results) / n,
-                loss=last.get("loss", 0.0), n_tokens=int(last.get("n_tokens", 0)),
-                seconds=time.monotonic() - started,
-                extra={k: last.get(k, 0.0) for k in ("kl", "clip_frac", "grad_norm", "n_sequences")},
-            ))
+            on_step(
+                StepStats(
+                    step=step,
+                    epoch=epoch,
+                    n_episodes=n,
+                    mean_reward=sum(r.score.reward for r in results) / n,
+                    success_rate=sum(bool(r.score.success) for r in results) / n,
+                    loss=last.get("loss", 0.0),
+                    n_tokens=int(last.get("n_tokens", 0)),
+                    seconds=time.monotonic() - started,
+                    extra={k: last.get(k, 0.0) for k in ("kl", "clip_frac", "grad_norm", "n_sequences")},
+                )
+            )
     out = save_checkpoint(model, policy.tokenizer, checkpoint_path(cfg, run_id, round))
     n = len(rewards)
     return TrainResult(

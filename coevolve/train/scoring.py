@@ -62,8 +62,12 @@ def pack(seqs: list[TokenSequence], pad_id: int, advantages: list[float] | None 
                 adv.append(advantages[b] if advantages is not None else 0.0)
     rows_t, cols_t = torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)
     return {
-        "input_ids": input_ids, "attention_mask": attention, "rows": rows_t, "cols": cols_t,
-        "targets": input_ids[rows_t, cols_t + 1], "old_logp": torch.tensor(old, dtype=torch.float32),
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "rows": rows_t,
+        "cols": cols_t,
+        "targets": input_ids[rows_t, cols_t + 1],
+        "old_logp": torch.tensor(old, dtype=torch.float32),
         "adv": torch.tensor(adv, dtype=torch.float32),
         "n_tokens": sum(len(s.ids) for s in seqs),
     }
@@ -97,14 +101,20 @@ def sampled_logprobs(
     """
     scale = 1.0 / temperature if temperature > 0 else 1.0
     parts = _decoder_and_head(model)
-    kwargs: dict[str, Any] = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
-                              "use_cache": False}
+    kwargs: dict[str, Any] = {
+        "input_ids": batch["input_ids"],
+        "attention_mask": batch["attention_mask"],
+        "use_cache": False,
+    }
     if past is not None:
         from transformers import DynamicCache
 
         offset, width = past[0][0].shape[2], batch["input_ids"].shape[1]
-        kwargs.update(past_key_values=DynamicCache(ddp_cache_data=list(past)), use_cache=True,
-                      position_ids=torch.arange(offset, offset + width)[None])
+        kwargs.update(
+            past_key_values=DynamicCache(ddp_cache_data=list(past)),
+            use_cache=True,
+            position_ids=torch.arange(offset, offset + width)[None],
+        )
         if parts is None:
             raise ValueError("a shared prefix needs a decoder + output head model")
     if parts is not None:
@@ -164,9 +174,14 @@ def plan(
     """
     adv = advantages if advantages is not None else [0.0] * len(seqs)
     if not share_prefix:
-        return [Chunk([], [pack(seqs[i : i + micro_batch_size], pad_id, adv[i : i + micro_batch_size])],
-                      list(range(i, min(i + micro_batch_size, len(seqs)))))
-                for i in range(0, len(seqs), micro_batch_size)]
+        return [
+            Chunk(
+                [],
+                [pack(seqs[i : i + micro_batch_size], pad_id, adv[i : i + micro_batch_size])],
+                list(range(i, min(i + micro_batch_size, len(seqs)))),
+            )
+            for i in range(0, len(seqs), micro_batch_size)
+        ]
     order = sorted(range(len(seqs)), key=lambda i: seqs[i].ids)
     groups: list[tuple[int, list[int]]] = []  # (prefix length, members)
     for i in order:
@@ -183,9 +198,18 @@ def plan(
         if len(members) == 1 or length < min_prefix:  # nothing shared: the plain path
             length = 0
         prefix = seqs[members[0]].ids[:length]
-        batches = [pack([TokenSequence(ids=seqs[m].ids[length:], mask=seqs[m].mask[length:],
-                                       logprobs=seqs[m].logprobs[length:])], pad_id, [adv[m]])
-                   for m in members]
+        batches = [
+            pack(
+                [
+                    TokenSequence(
+                        ids=seqs[m].ids[length:], mask=seqs[m].mask[length:], logprobs=seqs[m].logprobs[length:]
+                    )
+                ],
+                pad_id,
+                [adv[m]],
+            )
+            for m in members
+        ]
         chunks.append(Chunk(prefix, batches, members))
     return chunks
 
@@ -224,8 +248,12 @@ def forward_backward(
             loss_fn(logp, batch).backward()
         out.append(logp.detach())
     if grads:
-        pairs = [(t, leaf.grad) for (k, v), (lk, lv) in zip(kv, leaves) for t, leaf in ((k, lk), (v, lv))
-                 if leaf.grad is not None and t.requires_grad]
+        pairs = [
+            (t, leaf.grad)
+            for (k, v), (lk, lv) in zip(kv, leaves)
+            for t, leaf in ((k, lk), (v, lv))
+            if leaf.grad is not None and t.requires_grad
+        ]
         if pairs:
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
     return out

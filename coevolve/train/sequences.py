@@ -133,11 +133,17 @@ def episode_sequences(rows: list[dict[str, Any]], max_tokens: int) -> list[Token
         completion = list(completion)
         logprobs = list(row.get("completion_logprobs") or [])
         if len(logprobs) != len(completion):
-            raise ValueError(f"episode {row.get('episode_id')!r}: {len(completion)} sampled ids but "
-                             f"{len(logprobs)} behaviour log-probs")
+            raise ValueError(
+                f"episode {row.get('episode_id')!r}: {len(completion)} sampled ids but "
+                f"{len(logprobs)} behaviour log-probs"
+            )
         n = len(cur.ids) if cur is not None else 0
-        if (cur is not None and len(prompt) >= n and prompt[:n] == cur.ids
-                and len(prompt) + len(completion) <= max_tokens):
+        if (
+            cur is not None
+            and len(prompt) >= n
+            and prompt[:n] == cur.ids
+            and len(prompt) + len(completion) <= max_tokens
+        ):
             cur.add(prompt[n:], False)
         else:
             cur = TokenSequence()

@@ -73,9 +73,15 @@ class CoevolveAgentLoop(AgentLoopBase):
         CoevolveAgentLoop._seen[task.task_id] += 1
         self._episode_id = f"{task.task_id}/verl/{uuid.uuid4().hex[:10]}"
         self._base = {
-            "run_id": self.run_id, "round": self.round, "phase": "train", "task_id": task.task_id,
-            "episode_id": self._episode_id, "sample_idx": seen % self.n, "train_step": None,
-            "epoch": seen // self.n, "policy_version": self.config.actor_rollout_ref.model.path,
+            "run_id": self.run_id,
+            "round": self.round,
+            "phase": "train",
+            "task_id": task.task_id,
+            "episode_id": self._episode_id,
+            "sample_idx": seen % self.n,
+            "train_step": None,
+            "epoch": seen // self.n,
+            "policy_version": self.config.actor_rollout_ref.model.path,
         }
         self._rows: list[dict[str, Any]] = []
         ep = self.env.episode(task)
@@ -111,9 +117,13 @@ class CoevolveAgentLoop(AgentLoopBase):
                 if out.log_probs is None or len(out.log_probs) != len(sampled):
                     logprobs = None
                 merged, mask, logprobs = await self.ct_merge_assistant_token(
-                    ids, sampled, mask, logprobs, list(out.log_probs) if logprobs is not None else None)
-                tokens = {"prompt_ids": list(ids), "completion_ids": sampled,
-                          "completion_logprobs": list(out.log_probs) if out.log_probs is not None else None}
+                    ids, sampled, mask, logprobs, list(out.log_probs) if logprobs is not None else None
+                )
+                tokens = {
+                    "prompt_ids": list(ids),
+                    "completion_ids": sampled,
+                    "completion_logprobs": list(out.log_probs) if out.log_probs is not None else None,
+                }
                 if len(sampled) >= budget and (not sampled or sampled[-1] != self.tokenizer.eos_token_id):
                     tokens["finish_reason"] = "length"
                 ids = merged.token_ids
@@ -140,13 +150,17 @@ class CoevolveAgentLoop(AgentLoopBase):
             num_turns=len(messages),
             metrics=metrics,
             extra_fields={
-                "turn_scores": [], "tool_rewards": [], "success": bool(score.success),
-                "episode_id": self._episode_id, "n_generated": n_generated,
+                "turn_scores": [],
+                "tool_rewards": [],
+                "success": bool(score.success),
+                "episode_id": self._episode_id,
+                "n_generated": n_generated,
             },
         )
 
-    async def _append_context(self, previous: list[dict], messages: list[dict], ids: list[int], mask: list[int],
-                              logprobs: list[float] | None):
+    async def _append_context(
+        self, previous: list[dict], messages: list[dict], ids: list[int], mask: list[int], logprobs: list[float] | None
+    ):
         merged, mask, logprobs = await self.ct_merge_context_msg(previous, messages, ids, mask, logprobs)
         return merged.token_ids, mask, logprobs
 
@@ -167,12 +181,26 @@ class CoevolveAgentLoop(AgentLoopBase):
         for i, call in enumerate(parsed.calls):
             obs = ep.step(ToolCall(call.name, call.arguments))
             messages.append({"role": "tool", "name": call.name, "content": obs.content})
-            self._rows.append({
-                **row, "action_name": call.name, "action_args": json.dumps(call.arguments, default=str),
-                "observation": obs.content, "error": obs.error,
-                **({} if i == 0 else {"n_tokens": 0, "prompt_ids": None, "completion_ids": None,
-                                      "completion_logprobs": None, "finish_reason": None}),
-            })
+            self._rows.append(
+                {
+                    **row,
+                    "action_name": call.name,
+                    "action_args": json.dumps(call.arguments, default=str),
+                    "observation": obs.content,
+                    "error": obs.error,
+                    **(
+                        {}
+                        if i == 0
+                        else {
+                            "n_tokens": 0,
+                            "prompt_ids": None,
+                            "completion_ids": None,
+                            "completion_logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ),
+                }
+            )
         return False
 
     def _write_rows(self, score: Any) -> None:

@@ -88,8 +88,18 @@ def merge_checkpoint(workdir: str, steps: int, target: str, on_line: Callable[[s
     actor = Path(workdir) / "verl" / f"global_step_{steps}" / "actor"
     if not actor.is_dir():
         raise RuntimeError(f"verl finished but wrote no checkpoint at {actor}")
-    argv = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-            "--local_dir", str(actor), "--target_dir", target]
+    argv = [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor),
+        "--target_dir",
+        target,
+    ]
     stream(argv, on_line)
     return target
 

@@ -39,13 +39,15 @@ per_signal as (
         s.signal_type,
         e.signal_id is not null as explored,
         coalesce(a.n, 0) as yielded,
-        exists (
-            select 1 from signals as later
+        exists(
+            select 1
+            from signals as later
             where later.run_id = s.run_id and later.round > s.round and later.signal_type = s.signal_type
                 and later.target = s.target
         ) as recurred,
-        exists (
-            select 1 from solved
+        exists(
+            select 1
+            from solved
             where solved.run_id = s.run_id and solved.round > s.round and solved.task_id = s.task_id
         ) as solved_later,
         coalesce(l.last_round, s.round) - s.round as later_rounds
