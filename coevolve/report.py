@@ -204,7 +204,8 @@ def plot_signals(data: ReportData):
                 label=f"{cond}: {stype}" if len(_conditions(stats)) > 1 else stype,
             )
     ax.set_xticks(sorted(stats["round"].unique().to_list()))
-    ax.legend(title="signal type")
+    if ax.get_legend_handles_labels()[0]:  # no series yet (no signals): no empty legend
+        ax.legend(title="signal type")
     return fig, None
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Iterator
 
@@ -156,6 +158,9 @@ def prefect_api(timeout_s: float = 120.0) -> Iterator[str | None]:
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
+    # its own database, gone with it: a run killed earlier must not stay "Running" there, where a
+    # resumed run would take it for another run of its lineage still in progress
+    db_dir = tempfile.mkdtemp(prefix="coevolve-prefect-")
     server = subprocess.Popen(
         [
             sys.executable,
@@ -174,7 +179,13 @@ def prefect_api(timeout_s: float = 120.0) -> Iterator[str | None]:
             "--lifespan",
             "on",
         ],
-        env={**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"},
+        env={
+            **os.environ,
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+            "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{db_dir}/prefect.db",
+        },
         preexec_fn=_die_with_parent,
         stdout=subprocess.DEVNULL,
     )
@@ -204,6 +215,7 @@ def prefect_api(timeout_s: float = 120.0) -> Iterator[str | None]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+        shutil.rmtree(db_dir, ignore_errors=True)
 
 
 @app.command()

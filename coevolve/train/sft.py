@@ -68,27 +68,6 @@ def reference_chats(env: Any, tasks: list[Task], *, step_limit: int, seed: int) 
     return [r for r in results if r.score.success]
 
 
-def _batches(examples: list[tuple[list[int], list[int]]], batch_size: int, seed: int):
-    """Yield ``batch_size`` examples at a time forever: a seeded shuffle of the examples' tool
-    sets (examples with the same system prompt, in a seeded order among themselves), cycled,
-    so that a batch's examples mostly share their prompt's long head (``scoring.plan``)."""
-    rng = random.Random(seed)
-    head: dict[tuple[int, ...], list[int]] = {}
-    for i, (ids, mask) in enumerate(examples):
-        first = mask.index(1) if 1 in mask else len(ids)
-        # the system message (with the tool block) ends at the first end-of-message before the user's
-        head.setdefault(tuple(ids[: min(first, 512)]), []).append(i)
-    groups = list(head.values())
-    order: list[int] = []
-    while True:
-        if len(order) < batch_size:
-            rng.shuffle(groups)
-            for g in groups:
-                order += rng.sample(g, len(g))
-        yield [examples[i] for i in order[:batch_size]]
-        del order[:batch_size]
-
-
 def run_sft(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -102,8 +81,8 @@ def run_sft(
     share_prefix: bool = True,
 ) -> list[float]:
     """``steps`` optimizer steps of masked NLL on ``examples`` (``(ids, mask)`` pairs from
-    ``encode_chat``, ``batch_size`` per step, in a seeded order that keeps examples of one tool
-    set together; scored with their shared prompt computed once (``share_prefix``) or
+    ``encode_chat``, cycled in a seeded shuffle, ``batch_size`` per step; examples of a batch that
+    share their prompt's head have it computed once (``share_prefix``), others are scored
     ``micro_batch_size`` at a time, gradients accumulated). Returns each step's loss."""
     examples = [e for e in examples if sum(e[1]) > 0]
     if steps <= 0 or not examples:
@@ -112,11 +91,17 @@ def run_sft(
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     micro = micro_batch_size or batch_size
-    batches = _batches(examples, min(batch_size, len(examples)), seed)
+    rng = random.Random(seed)
+    order: list[int] = []
     losses = []
     model.train()
     for _ in range(steps):
-        chosen = next(batches)
+        chosen = []
+        while len(chosen) < min(batch_size, len(examples)):
+            if not order:
+                order = list(range(len(examples)))
+                rng.shuffle(order)
+            chosen.append(examples[order.pop()])
         n_tokens = float(sum(sum(m) for _, m in chosen))
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
