@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,7 @@ def test_a_run_of_a_lineage_in_progress_does_nothing(prefect_harness, tmp_path):
             await client.set_flow_run_state(run.id, Running(), force=True)
             return run.id
 
+    started = datetime.now(timezone.utc)
     other = anyio.run(start_other)
     time.sleep(0.05)
     try:
@@ -151,8 +153,14 @@ def test_a_run_of_a_lineage_in_progress_does_nothing(prefect_harness, tmp_path):
         assert not (store / "runs").exists(), "the no-op run wrote stage markers"
 
         async def messages():
+            from prefect.client.schemas.filters import LogFilter, LogFilterTimestamp
+            from prefect.client.schemas.sorting import LogSort
+
+            # the harness is shared by the session: read this test's logs, newest first
+            recent = LogFilter(timestamp=LogFilterTimestamp(after_=started))
             async with get_client() as client:
-                return [log.message for log in await client.read_logs()]
+                logs = await client.read_logs(log_filter=recent, sort=LogSort.TIMESTAMP_DESC, limit=200)
+                return [log.message for log in logs]
 
         deadline = time.time() + 20  # logs reach the API in batches
         while not any("is in progress in flow run 'still-running'" in m for m in anyio.run(messages)):
