@@ -4,6 +4,7 @@ progress artifact (training read from the store's train_steps), summaries as sen
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
 
 def test_stage_summaries_read_as_sentences():
@@ -53,10 +54,13 @@ def test_stage_summaries_read_as_sentences():
 def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness, tmp_path):
     import anyio
     from prefect import flow, get_client, task
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType, LogFilter, LogFilterTimestamp
+    from prefect.client.schemas.sorting import LogSort
 
     from coevolve.config import load_config
     from coevolve.round import _emit
+
+    started = datetime.now(timezone.utc)
     from coevolve.store import Store
     from flows.progress import StageProgress
 
@@ -93,7 +97,9 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
             arts = await client.read_artifacts(
                 artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["progress"]))
             )
-            logs = [log.message for log in await client.read_logs()]
+            # the harness is shared by the session: this test's logs, newest first
+            recent = LogFilter(timestamp=LogFilterTimestamp(after_=started))
+            logs = [log.message for log in await client.read_logs(log_filter=recent, sort=LogSort.TIMESTAMP_DESC)]
             return arts, logs
 
     deadline = time.time() + 20  # logs reach the API in batches

@@ -48,6 +48,9 @@ def _config(tmp_path, **train):
             "train.sft_lr": 3e-3,
             "train.sft_batch_size": 4,
             "train.max_seq_tokens": 1024,
+            # the figures above were measured scoring whole sequences; shared prompts give the same
+            # gradient up to float rounding, which moves this 30-step run by as much as the margin
+            "train.share_prefix": False,
             **{f"train.{k}": v for k, v in train.items()},
         },
     )
