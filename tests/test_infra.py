@@ -14,29 +14,18 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+from prefect_helpers import FAST, free_port, running_prefect_server
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 COMPOSE = ROOT / "infra" / "docker-compose.yml"
-FAST = {
-    "train.steps": 0,
-    "train.sft_steps": 0,
-    "explore.contexts": 2,
-    "explore.runs_per_context": 1,
-    "validate.solver": "none",
-    "eval.categories": ["multi_turn_base"],
-    "eval.step_limit": 1,
-    "eval.max_new_tokens": 8,
-}
 
 pytestmark = pytest.mark.slow
 
@@ -90,12 +79,6 @@ def _pg_bin() -> Path | None:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def postgres():
     """A PostgreSQL server on loopback with the compose file's user, password and database;
@@ -115,7 +98,7 @@ def postgres():
     pwfile.write_text(password + "\n")
     if as_user:
         shutil.chown(pwfile, "postgres")
-    port = _free_port()
+    port = free_port()
 
     def run(*argv: str) -> None:
         done = subprocess.run([*as_user, *argv], capture_output=True, text=True, timeout=120)
@@ -164,13 +147,12 @@ def _psql(port: int, password: str, query: str) -> str:
 
 
 def test_prefect_server_on_postgres_runs_a_tiny_round_through_the_deployment(postgres, tmp_path):
-    import httpx
 
     port, password = postgres
     server_env = yaml.safe_load(COMPOSE.read_text())["services"]["prefect-server"]["environment"]
     url = _interpolate(server_env["PREFECT_API_DATABASE_CONNECTION_URL"], {"PREFECT_DB_PASSWORD": password})
     assert url.startswith("postgresql+asyncpg://") and "@postgres:5432/" in url
-    api_port = _free_port()
+    api_port = free_port()
     env = {
         **os.environ,
         "PREFECT_HOME": str(tmp_path / "prefect"),
@@ -180,25 +162,8 @@ def test_prefect_server_on_postgres_runs_a_tiny_round_through_the_deployment(pos
         "PREFECT_API_DATABASE_CONNECTION_URL": url.replace("@postgres:5432/", f"@127.0.0.1:{port}/"),
         "PREFECT_API_URL": f"http://127.0.0.1:{api_port}/api",
     }
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen(
-        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(api_port), "--no-ui"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.time() + 120
-        while True:
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"http://127.0.0.1:{api_port}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, "prefect server on PostgreSQL did not start in 120 s"
-            time.sleep(0.5)
+    command = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(api_port), "--no-ui"]
+    with running_prefect_server(command, api_port, env, tmp_path / "server.log", timeout_s=120):
 
         def prefect(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
             done = subprocess.run(
@@ -219,14 +184,6 @@ def test_prefect_server_on_postgres_runs_a_tiny_round_through_the_deployment(pos
         }
         prefect("deployment", "run", "coevolve-evolve/nightly", "--params", json.dumps(params))
         prefect("worker", "start", "--pool", "coevolve-process", "--run-once")
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
     # the server kept its state in PostgreSQL: the deployment's run and its round subflow completed
     states = _psql(port, password, "select name || '=' || state_type from flow_run order by name")
     assert "on-postgres round 1=COMPLETED" in states.splitlines(), states

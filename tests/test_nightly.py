@@ -13,21 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prefect_helpers import FAST
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TINY = str(ROOT / "configs" / "tiny.yaml")
-# rounds with every stage and almost no work: what is tested is which rounds run, not learning
-FAST = {
-    "train.steps": 0,
-    "train.sft_steps": 0,
-    "explore.contexts": 2,
-    "explore.runs_per_context": 1,
-    "validate.solver": "none",
-    "eval.categories": ["multi_turn_base"],
-    "eval.step_limit": 1,
-    "eval.max_new_tokens": 8,
-}
 
 pytestmark = pytest.mark.slow
 

@@ -10,21 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from coevolve.cli import app
+from prefect_helpers import FAST
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted((ROOT / "sql" / "reports").glob("*.sql"))
 runner = CliRunner()
-# every stage, almost no work (see test_nightly.py)
-FAST = {
-    "train.steps": 0,
-    "train.sft_steps": 0,
-    "explore.contexts": 2,
-    "explore.runs_per_context": 1,
-    "validate.solver": "none",
-    "eval.categories": ["multi_turn_base"],
-    "eval.step_limit": 1,
-    "eval.max_new_tokens": 8,
-}
 
 
 @pytest.fixture(scope="module")

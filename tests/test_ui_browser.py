@@ -14,27 +14,17 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from prefect_helpers import FAST, free_port, running_prefect_server
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FAST = {
-    "train.steps": 0,
-    "train.sft_steps": 0,
-    "explore.contexts": 2,
-    "explore.runs_per_context": 1,
-    "validate.solver": "none",
-    "eval.categories": ["multi_turn_base"],
-    "eval.step_limit": 1,
-    "eval.max_new_tokens": 8,
-}
 
 pytestmark = pytest.mark.slow
 
@@ -54,18 +44,11 @@ def _browser_or_skip() -> None:
         pytest.skip(message)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def prefect_server(tmp_path):
     """`prefect server start` (API + UI) on loopback with its own home and database."""
-    import httpx
 
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PREFECT_HOME": str(tmp_path / "prefect"),
@@ -74,34 +57,9 @@ def prefect_server(tmp_path):
         "DO_NOT_TRACK": "1",
         "PATH": f"{BIN}:{os.environ['PATH']}",
     }
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen(
-        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.time() + 90
-        while True:
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, "prefect server did not start in 90 s"
-            time.sleep(0.5)
+    command = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    with running_prefect_server(command, port, env, tmp_path / "server.log", timeout_s=90):
         yield f"http://127.0.0.1:{port}", env
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
 
 
 def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_server, tmp_path):
