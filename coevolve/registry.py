@@ -52,3 +52,20 @@ def resolve(kind: str, name: str) -> Any:
     except KeyError:
         known = ", ".join(sorted(_REGISTRY.get(kind, {}))) or "none"
         raise KeyError(f"unknown {kind} {name!r}; known: {known} (or give a 'module:attr' path)") from None
+
+
+def check_plugins(cfg: Any) -> None:
+    """Resolve every plug-in a run config names (environment, trainer, explorer, abstractor);
+    an unknown one raises ``ConfigError`` naming it, before anything runs."""
+    from coevolve.config import ConfigError
+
+    for kind, name in (
+        ("environment", cfg.env.name),
+        ("trainer", cfg.train.backend),
+        ("explorer", cfg.explore.explorer),
+        ("abstractor", cfg.abstract.abstractor),
+    ):
+        try:
+            resolve(kind, name)
+        except KeyError as exc:
+            raise ConfigError(f"{kind} {name!r}: {exc.args[0]}") from None

@@ -164,18 +164,9 @@ def resolve_config(
     if rounds_per_run and "rounds" in dotted:
         raise ConfigError("set either rounds_per_run or overrides['rounds'], not both")
     cfg = load_config(config.strip() or None, dotted)
-    from coevolve.registry import resolve
+    from coevolve.registry import check_plugins
 
-    for kind, name in (
-        ("environment", cfg.env.name),
-        ("trainer", cfg.train.backend),
-        ("explorer", cfg.explore.explorer),
-        ("abstractor", cfg.abstract.abstractor),
-    ):
-        try:
-            resolve(kind, name)
-        except KeyError as exc:
-            raise ConfigError(f"{kind} {name!r}: {exc.args[0]}") from None
+    check_plugins(cfg)
     try:
         run_store = open_run_store(cfg)
     except StoreError as exc:

@@ -45,20 +45,11 @@ def preflight(config: str | None, overrides: dict[str, Any]):
     """Load and check everything that can be checked before anything is written:
     the config, the plug-in names it uses, and that the store is reachable."""
     from coevolve.config import ConfigError
-    from coevolve.registry import resolve
+    from coevolve.registry import check_plugins
 
     cfg = load_config_or_fail(config, overrides)
     try:
-        for kind, name in (
-            ("environment", cfg.env.name),
-            ("trainer", cfg.train.backend),
-            ("explorer", cfg.explore.explorer),
-            ("abstractor", cfg.abstract.abstractor),
-        ):
-            try:
-                resolve(kind, name)
-            except KeyError as exc:
-                raise ConfigError(f"{kind} {name!r}: {exc.args[0]}") from None
+        check_plugins(cfg)
         Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region).check_reachable()
     except (ConfigError, StoreError) as exc:
         fail(str(exc))
