@@ -83,7 +83,9 @@ def eval_tasks(
         by_cat: dict[str, list[Task]] = {}
         for t in tasks:
             by_cat.setdefault(t.category, []).append(t)
-        tasks = [t for c in categories for t in by_cat.get(c, [])[:limit]]
+        # an environment may ignore the category names it does not know (AgentDojo: suites)
+        order = [c for c in categories if c in by_cat] + [c for c in by_cat if c not in categories]
+        tasks = [t for c in order for t in by_cat[c][:limit]]
     return tasks
 
 
@@ -161,6 +163,7 @@ def evaluate(
         seed=cfg.seed,
         step_timeout_s=cfg.env.step_timeout_s,
         progress=progress,
+        parse_error_ends_turn=True,  # BFCL's protocol: an undecodable message ends the turn
     )
     rows = [row for r in results for row in r.steps]
     n_rows = store.write("rollouts", round, f"{run_id}-eval", rows) if store is not None else 0

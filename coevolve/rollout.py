@@ -104,8 +104,10 @@ class _Engine:
         base_row: dict[str, Any],
         step_timeout_s: float | None,
         system_prompt: str,
+        parse_error_ends_turn: bool = False,
     ):
         self.policy, self.env = policy, env
+        self.parse_error_ends_turn = parse_error_ends_turn
         self.sampling, self.step_limit = sampling, step_limit
         self.base_row, self.step_timeout_s = base_row, step_timeout_s
         self.system_prompt = system_prompt
@@ -203,6 +205,12 @@ class _Engine:
             run.done, run.finish = True, "context_limit"
             return
         parsed = parse_tool_calls(gen.text)
+        if parsed.error and self.parse_error_ends_turn:
+            # BFCL: "Failed to decode the model response. Proceed to next turn." (no observation)
+            self._row(run, parse_error=parsed.error, **first)
+            run.step += 1
+            self._end_turn(run)
+            return
         if parsed.error:
             obs = f"Error: {parsed.error}"
             run.messages.append({"role": "tool", "content": obs})
@@ -298,11 +306,17 @@ def run_episodes(
     step_timeout_s: float | None = None,
     progress: Callable[[int, int], None] | None = None,
     system_prompt: str = SYSTEM_PROMPT,
+    parse_error_ends_turn: bool = False,
 ) -> list[EpisodeResult]:
     """Run ``n_samples`` episodes of every task; returns one result per episode, in task then sample order.
 
     Each sample is its own ``env.episode(task)``, so all samples of a task start from the same
     initial state. ``progress(done, total)`` is called as episodes finish.
+
+    A message whose tool calls cannot be parsed gets an error observation and the turn goes on
+    (training: the policy may correct itself within ``step_limit``); with
+    ``parse_error_ends_turn`` it ends the turn instead, as BFCL's multi-turn protocol does
+    ("Failed to decode the model response. Proceed to next turn."): evaluation uses that.
     """
     if step_limit < 1 or batch_size < 1 or n_samples < 1:
         raise ValueError("step_limit, batch_size and n_samples must all be >= 1")
@@ -324,6 +338,7 @@ def run_episodes(
         base_row=base_row,
         step_timeout_s=step_timeout_s,
         system_prompt=system_prompt,
+        parse_error_ends_turn=parse_error_ends_turn,
     )
     pending = deque(
         _Run(task=task, sample_idx=s, episode_id=f"{task.task_id}/s{s}/{_digest(run_id, *where, index)[:10]}")

@@ -78,6 +78,18 @@ def test_eval_tasks_follow_config(env):
         eval_tasks(cfg, env, scenarios=0)
 
 
+def test_eval_limit_keeps_categories_the_config_does_not_name():
+    # AgentDojo's categories are its suites: the BFCL names of eval.categories select nothing there
+    from coevolve.tasks import Task
+
+    class Suites:
+        def heldout_tasks(self, heldout, seed, scenarios, categories):
+            return [Task(f"{s}.{i}", "x", ["go"], {}, [[]], category=s) for s in ("banking", "slack") for i in range(3)]
+
+    ids = [t.task_id for t in eval_tasks(RunConfig(), Suites(), limit=2)]
+    assert ids == ["banking.0", "banking.1", "slack.0", "slack.1"]
+
+
 class Recorder:
     """Calls ``ls`` forever and records the budgets it is asked to generate under."""
 

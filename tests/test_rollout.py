@@ -179,6 +179,22 @@ def test_parse_errors_are_observations_and_logged():
     assert not r.score.success and all(s["success"] is False for s in r.steps)
 
 
+def test_at_evaluation_a_parse_error_ends_the_turn_as_in_bfcl():
+    # every message of turn 0 is malformed: retried up to the step limit, or the turn ends at once
+    def script(m, conv):
+        return "<tool_call>{oops</tool_call>" if m["turn"] == 0 else "Done."
+
+    (retried,) = run(Scripted(script), make_tasks(1), step_limit=5)
+    (ended,) = run(Scripted(script), make_tasks(1), step_limit=5, parse_error_ends_turn=True)
+    assert [s["turn"] for s in retried.steps].count(0) == 5
+    turn0 = [s for s in ended.steps if s["turn"] == 0]
+    assert len(turn0) == 1 and "not valid JSON" in turn0[0]["parse_error"] and turn0[0]["observation"] is None
+    # no error observation: turn 1 (which brings no user message) answers right after it
+    roles = [m["role"] for m in ended.messages]
+    assert roles[:4] == ["system", "user", "assistant", "assistant"] and "tool" not in roles[:4]
+    assert {s["turn"] for s in ended.steps} == {0, 1, 2}
+
+
 def test_step_limit_cuts_each_turn():
     (r,) = run(Scripted(lambda m, c: call("get")), make_tasks(1), step_limit=3)
     assert [s["finish_reason"] for s in r.steps].count("step_limit") == 3
