@@ -80,7 +80,13 @@ class PolicyConfig:
         "finish_reason 'length'.",
         128,
     )
-    temperature: float = _help("Sampling temperature for training rollouts.", 1.0)
+    temperature: float = _help(
+        "Sampling temperature of training-side rollouts (training, validation's pass 2). 0.5: SmolLM2-135M "
+        "after its warm start, on 6 pool tasks x 4 samples, earned a mean reward of 0.056 at 1.0 (mostly "
+        "malformed calls), 0.179 at 0.7 and 0.282 at 0.5, with more tasks whose samples disagree (GRPO's "
+        "signal); raise it for larger models.",
+        0.5,
+    )
     top_p: float = _help("Nucleus sampling for training rollouts.", 1.0)
     batch_size: int = _help("Episodes generated together by the rollout engine.", 8)
     dtype: str = _help(
