@@ -113,3 +113,24 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
     assert any(m.startswith("round 1 train: 1 of 2 (GRPO steps; last: reward 0.1, loss 0.5)") for m in logs), logs
     assert any(m.startswith("round 1 train: 2 of 2") for m in logs), logs
     assert any("Trained on 16 rollouts: mean reward 0.15" in m for m in logs), logs
+
+
+def test_a_run_logged_to_a_file_prints_a_line_per_stage_event():
+    from coevolve.cli.run import StageStatus
+
+    lines: list[str] = []
+    status = StageStatus(log=lines.append, log_every_s=3600)
+    status("start", 1, "train", {})
+    status("progress", 1, "train", {"done": 1, "total": 4, "note": "step 1"})  # within log_every_s: table only
+    status.log_every_s = 0
+    status("progress", 1, "train", {"done": 2, "total": 4, "note": "step 2"})
+    status("end", 1, "train", {"seconds": 12.5, "steps": 4})
+    status("skip", 2, "signals", {"n": 3})
+
+    assert lines == [
+        "round 1 train: running",
+        "round 1 train: running 2/4 step 2",
+        "round 1 train: done 12.5s steps=4",
+        "round 2 signals: skipped (done) n=3",
+    ]
+    assert status.rows[(1, "train")] == ("done 12.5s", "steps=4")

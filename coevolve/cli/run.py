@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import typer
 
@@ -35,11 +35,18 @@ from coevolve.cli.common import console, parse_sets, preflight
 
 
 class StageStatus:
-    """A live table of stages, fed by ``coevolve.round`` listeners."""
+    """A live table of stages, fed by ``coevolve.round`` listeners.
 
-    def __init__(self) -> None:
+    ``log``: also print one line per stage event (progress at most every ``log_every_s``), for
+    output that is not a terminal (a log file, CI), where a live table shows nothing until the end.
+    """
+
+    def __init__(self, log: Callable[[str], None] | None = None, log_every_s: float = 30.0) -> None:
         self.rows: dict[tuple[int, str], tuple[str, str]] = {}
         self.started: dict[tuple[int, str], float] = {}
+        self.log = log
+        self.log_every_s = log_every_s
+        self._last_logged: dict[tuple[int, str], float] = {}
 
     def __call__(self, event: str, round: int, stage: str, info: dict) -> None:
         key = (round, stage)
@@ -52,6 +59,13 @@ class StageStatus:
             self.rows[key] = ("skipped (done)", _brief(info))
         else:
             self.rows[key] = (f"done {info.get('seconds', 0):.1f}s", _brief(info))
+        if self.log is not None:
+            now = time.perf_counter()
+            if event == "progress" and now - self._last_logged.get(key, 0.0) < self.log_every_s:
+                return
+            self._last_logged[key] = now
+            status, brief = self.rows[key]
+            self.log(f"round {round} {stage}: {status} {brief}".rstrip())
 
     def __rich__(self):
         from rich.spinner import Spinner
@@ -244,7 +258,8 @@ def run(
         f"[bold]coevolve[/bold] run [cyan]{cfg.run_name}[/cyan]: {cfg.rounds} round(s), "
         f"env {cfg.env.name}, model {cfg.policy.model}, explorer {cfg.explore.explorer}, store {cfg.store}"
     )
-    status = StageStatus()
+    # a terminal gets a live table; a log file gets a line per stage event
+    status = StageStatus(log=None if console.is_terminal else lambda line: console.print(line, highlight=False))
     remove = add_listener(status)
     try:
         with prefect_api(), Live(status, console=console, refresh_per_second=4, transient=False):

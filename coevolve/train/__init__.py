@@ -56,9 +56,14 @@ def train_round(
 
 @register("trainer", "local")
 def local_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
-    from coevolve.train.local import train_local
+    from coevolve.round import report_progress
+    from coevolve.train.local import StepStats, train_local
 
-    return train_local(store, cfg, run_id, round, policy_in, tasks)
+    def on_step(s: StepStats) -> None:  # the CLI's live status and the stage log
+        note = f"GRPO steps; reward {s.mean_reward:.3g}, loss {s.loss:.3g}, {s.seconds:.0f}s"
+        report_progress(round, "train", s.step, cfg.train.steps, note)
+
+    return train_local(store, cfg, run_id, round, policy_in, tasks, on_step=on_step)
 
 
 @register("trainer", "verl")
