@@ -177,6 +177,9 @@ class CoevolveAgentLoop(AgentLoopBase):
             return False
         if not parsed.calls:
             self._rows.append(row)
+            answer = getattr(ep, "reply", None)  # the turn's text answer, for environments that score it
+            if answer is not None:
+                answer(reply)
             return True
         for i, call in enumerate(parsed.calls):
             obs = ep.step(ToolCall(call.name, call.arguments))
