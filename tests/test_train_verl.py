@@ -235,3 +235,24 @@ def test_cli_dry_run_prints_config_and_launch_command(tmp_path):
     # the round's verl files sit beside its checkpoint, under the configured location
     exported = list((tmp_path / "ckpt").rglob("train.parquet"))
     assert len(exported) == 1 and exported[0].parent.name.endswith("-verl")
+
+
+def test_agent_loop_hands_a_text_answer_to_the_environment():
+    """A message without tool calls ends the turn and, for environments that score the
+    turn's text (AgentDojo's utility checks read it), reaches ``Episode.reply``."""
+    from coevolve.train.verl_agent_loop import CoevolveAgentLoop
+
+    class Answering:
+        def __init__(self):
+            self.replies: list[str] = []
+
+        def reply(self, text: str) -> None:
+            self.replies.append(text)
+
+    loop = object.__new__(CoevolveAgentLoop)  # _act needs only the row template and the row list
+    loop._base, loop._rows = {"phase": "train"}, []
+    ep, tokens = Answering(), {"completion_ids": [1, 2], "completion_logprobs": [0.0, 0.0], "finish_reason": None}
+    assert loop._act(ep, 0, 0, "The balance is 42.", tokens, []) is True
+    assert ep.replies == ["The balance is 42."] and loop._rows[0]["n_tokens"] == 2
+    # a call-less answer to an environment without reply (BFCL) ends the turn all the same
+    assert loop._act(object(), 0, 1, "Done.", tokens, []) is True
