@@ -204,6 +204,11 @@ def plot_signals(data: ReportData):
                 label=f"{cond}: {stype}" if len(_conditions(stats)) > 1 else stype,
             )
     ax.set_xticks(sorted(stats["round"].unique().to_list()))
+    ax.set_ylim(bottom=0)
+    if not data.ablation:  # counts of one run: whole-number ticks (an ablation's means may be halves)
+        from matplotlib.ticker import MaxNLocator
+
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if ax.get_legend_handles_labels()[0]:  # no series yet (no signals): no empty legend
         ax.legend(title="signal type")
     return fig, None
