@@ -7,6 +7,7 @@ seed. BFCL's questions and ground-truth calls are never read.
 
     tasks = synthesized_tasks(seed=0, max_turns=1)   # e.g. "List my tickets." -> get_user_tickets()
     train, other = split_by_scenario(tasks, 0.5)     # disjoint scenarios, for a held-out measure
+    small = narrow_tools(tasks)                      # tool blocks cut to the set's functions (tiny-model tests)
 
 and a hand-made family for the learning test (``file_system_tasks``): single-turn instructions
 over file-system training-scenario states with a five-function tool block, short enough
@@ -18,6 +19,7 @@ The instructions and calls are written here, never taken from BFCL's questions o
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import tempfile
 from typing import Any
@@ -55,6 +57,29 @@ def split_by_scenario(tasks: list[Task], share: float) -> tuple[list[Task], list
     scenarios = sorted({scenario(t) for t in tasks})
     first = set(scenarios[: max(1, round(share * len(scenarios)))])
     return [t for t in tasks if scenario(t) in first], [t for t in tasks if scenario(t) not in first]
+
+
+def narrow_tools(tasks: list[Task], extra: int = 2) -> list[Task]:
+    """Copies of ``tasks`` whose tool block holds only functions that some task of the set calls
+    (per task: those of its own classes), plus the first ``extra`` others of its classes as
+    distractors. Hidden functions go to the state's ``excluded_function``, the mechanism BFCL
+    uses, so the environment neither shows nor dispatches them. A BFCL class documents 10-30
+    functions: the full block is 2-5k tokens of the tiny test model's small vocabulary, which a
+    CPU learning test cannot afford; the instructions and reference calls stay as synthesized."""
+    from coevolve.envs import bfcl_data
+
+    called = {a["name"] for t in tasks for turn in t.reference_actions for a in turn}
+    narrowed = []
+    for task in tasks:
+        names = [d["name"] for c in task.initial_state["involved_classes"] for d in bfcl_data._class_docs(c)]
+        keep = [n for n in names if n in called]
+        keep += [n for n in names if n not in keep][:extra]
+        initial = copy.deepcopy(task.initial_state)
+        initial["excluded_function"] = sorted(set(initial.get("excluded_function", [])) | (set(names) - set(keep)))
+        narrowed.append(
+            dataclasses.replace(task, initial_state=initial, tools=[f for f in task.tools if f in keep] or keep)
+        )
+    return narrowed
 
 
 # (instruction, reference call): each is answered by one call of the file system.
