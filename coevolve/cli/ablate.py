@@ -80,9 +80,23 @@ def ablate(
         st = ablation_store(runs[0])
         for run in runs:
             console.print(f"  {run.run_id:<20} {'[dim]skipped (finished)[/dim]' if is_done(st, run) else 'to run'}")
-        df = ablate_flow(
-            config=config, seeds=seeds, rounds=rounds or cfg.rounds, store=cfg.store, overrides=parse_sets(set_)
-        )
+        from coevolve.cli.run import StageStatus, prefect_api
+        from coevolve.round import add_listener
+
+        # a line per stage event (an ablation is long and draws no live table), and a private
+        # Prefect API that dies with this process (Prefect's ephemeral one outlives a killed run)
+        remove = add_listener(StageStatus(log=lambda line: console.print(f"  {line}", highlight=False)))
+        try:
+            with prefect_api():
+                df = ablate_flow(
+                    config=config,
+                    seeds=seeds,
+                    rounds=rounds or cfg.rounds,
+                    store=cfg.store,
+                    overrides=parse_sets(set_),
+                )
+        finally:
+            remove()
     else:
         df = run_ablation(runs, on_run=_print_run)
     console.print(summary_table(df))
