@@ -1,9 +1,11 @@
-"""The named queries in sql/reports/ over a tiny run's store, through `coevolve sql --file`, and
-`coevolve sql`'s vertical layout for results wider than an 80-column terminal (issue 15)."""
+"""The named queries in sql/reports/ through `coevolve sql --file`, over a tiny run's store and over
+the embedded default's recorded store (tests/data/default-store), and `coevolve sql`'s vertical
+layout for results wider than an 80-column terminal (issue 15)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from prefect_helpers import FAST
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted((ROOT / "sql" / "reports").glob("*.sql"))
+DEFAULT_STORE = ROOT / "tests" / "data" / "default-store"
 runner = CliRunner()
 
 
@@ -125,3 +128,47 @@ def test_sql_needs_a_query_or_a_file(tiny_store):
     assert out.exit_code == 2 and "--file" in out.output
     out = runner.invoke(app, ["sql", "--store", tiny_store, "--file", "sql/reports/nope.sql"])
     assert out.exit_code == 2 and "no query file" in out.output
+
+
+@pytest.fixture(scope="module")
+def default_store(tmp_path_factory) -> str:
+    """A copy of the embedded default's recorded store (one `make run`: SmolLM2, BFCL-V3, 2 rounds;
+    see its README), so that nothing a query does can touch the repository's copy."""
+    root = tmp_path_factory.mktemp("default") / "store"
+    shutil.copytree(DEFAULT_STORE, root, ignore=shutil.ignore_patterns("README.md"))
+    return str(root)
+
+
+def test_every_report_runs_on_the_embedded_defaults_store(default_store):
+    for path in REPORTS:
+        params = ["--param", "task_id="] if "$task_id" in path.read_text() else []
+        assert _json(default_store, "--file", str(path), *params), f"{path.name} returned nothing"
+
+
+def test_pool_growth_on_the_embedded_default(default_store):
+    rows = _json(default_store, "--file", "sql/reports/pool_growth.sql")
+    got = [(r["version"], r["round"], r["origin"], r["signal_type"], r["added"], r["pool_size"]) for r in rows]
+    assert got == [
+        (1, 0, "static", "static", 55, 55),
+        (2, 1, "explored", "fallback", 3, 58),
+        (3, 2, "explored", "boundary", 2, 63),
+        (3, 2, "explored", "fallback", 3, 63),
+    ]
+
+
+def test_task_lineage_on_the_embedded_default_reaches_a_boundary_signal(default_store):
+    (task,) = _json(default_store, "select task_id from tasks where signal_type = 'boundary' order by task_id limit 1")
+    (row,) = _json(default_store, "--file", "sql/reports/task_lineage.sql", "--param", f"task_id={task['task_id']}")
+    assert (row["created_round"], row["origin"], row["signal_type"]) == (2, "explored", "boundary")
+    assert row["signal_id"].startswith("2-boundary-") and row["signal_task_id"] == row["context_task_id"]
+    assert (row["context_origin"], row["context_created_round"]) == ("static", 0)
+    assert row["exploration_steps"] == len(row["exploration_actions"].split(" > "))
+    assert row["verdict_reason"].startswith("accepted")
+
+
+def test_signal_resolution_on_the_embedded_default(default_store):
+    rows = _json(default_store, "--file", "sql/reports/signal_resolution.sql")
+    got = [
+        (r["round"], r["signal_type"], r["signals"], r["explored"], r["yielded_tasks"], r["later_rounds"]) for r in rows
+    ]
+    assert got == [(1, "boundary", 1, 1, 0, 1), (2, "boundary", 2, 2, 2, 0)]
