@@ -12,7 +12,7 @@ sub-store, and plots per condition with the mean over seeds and a min-max seed b
 
 Plots (each skipped, with a note in the Markdown, when its columns or rows are missing):
 
-- ``score.png``        held-out score per round (zero-shot as a dashed line with its band);
+- ``score.png``        held-out success and held-out reward per round (zero-shot as a dashed line with its band);
 - ``signals.png``      signals mined per round, by type;
 - ``validation.png``   validation pass rate per round (accepted / candidates);
 - ``pool.png``         pool size per round, and its origin mix;
@@ -148,34 +148,48 @@ def _new_figure(title: str, xlabel: str, ylabel: str, ncols: int = 1, width: flo
     return fig, list(axes[0])
 
 
+SCORE_PANELS = (
+    ("eval_score", "held-out success rate"),
+    ("eval_reward", "held-out reward (partial credit)"),
+)
+
+
 def plot_score(data: ReportData):
-    df = data.rounds
-    if data.ablation:
-        df = data.ablations
+    """Held-out success per round and, where evaluation recorded it, held-out reward (the training
+    reward's partial credit on the same episodes): at CPU scale success is often 0 in every
+    condition while the reward still moves."""
+    df = data.ablations if data.ablation else data.rounds
     if miss := _missing(df, ("eval_score", "round")):
         return None, f"score: no column {', '.join(miss)}"
-    stats = _mean_band(df, "eval_score", ["condition"])
-    if not stats.height:
+    panels = [
+        (value, label, stats)
+        for value, label in SCORE_PANELS
+        if value in df.columns and (stats := _mean_band(df, value, ["condition"])).height
+    ]
+    if not panels or panels[0][0] != "eval_score":
         return None, "score: no evaluated round yet"
-    fig, (ax,) = _new_figure(
+    fig, axes = _new_figure(
         "Held-out score per round" + (" (mean over seeds, band = min..max)" if data.ablation else ""),
         "round",
-        "held-out score (success rate)",
+        "",
+        ncols=len(panels),
     )
     rounds = sorted(df["round"].unique().to_list())
-    for cond in _conditions(stats):
-        s = stats.filter(pl.col("condition") == cond)
-        x, y = s["round"].to_list(), s["mean"].to_list()
-        if x == [0] and len(rounds) > 1:  # evaluated once (zero-shot): a level across the rounds
-            line = ax.plot([min(rounds), max(rounds)], [y[0], y[0]], linestyle="--", label=cond)[0]
-            ax.axhspan(s["lo"][0], s["hi"][0], color=line.get_color(), alpha=0.12)
-        else:
-            line = ax.plot(x, y, marker="o", label=cond)[0]
-            if s["seeds"].max() > 1:
-                ax.fill_between(x, s["lo"].to_list(), s["hi"].to_list(), color=line.get_color(), alpha=0.15)
-    ax.set_xticks(rounds)
-    ax.set_ylim(0, max(0.05, float(stats["hi"].max()) * 1.15))
-    ax.legend(title="condition" if data.ablation else "run")
+    for ax, (_, label, stats) in zip(axes, panels, strict=True):
+        ax.set_ylabel(label)
+        for cond in _conditions(stats):
+            s = stats.filter(pl.col("condition") == cond)
+            x, y = s["round"].to_list(), s["mean"].to_list()
+            if x == [0] and len(rounds) > 1:  # evaluated once (zero-shot): a level across the rounds
+                line = ax.plot([min(rounds), max(rounds)], [y[0], y[0]], linestyle="--", label=cond)[0]
+                ax.axhspan(s["lo"][0], s["hi"][0], color=line.get_color(), alpha=0.12)
+            else:
+                line = ax.plot(x, y, marker="o", label=cond)[0]
+                if s["seeds"].max() > 1:
+                    ax.fill_between(x, s["lo"].to_list(), s["hi"].to_list(), color=line.get_color(), alpha=0.15)
+        ax.set_xticks(rounds)
+        ax.set_ylim(0, max(0.05, float(stats["hi"].max()) * 1.15))
+        ax.legend(title="condition" if data.ablation else "run")
     return fig, None
 
 

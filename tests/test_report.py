@@ -89,6 +89,7 @@ def fake_run(
                 {
                     "run_id": run_id,
                     "eval_score": score,
+                    "eval_reward": score / 2 + 0.1,
                     "pool_size": len(store.latest_pool().task_ids),
                     **{f"signals_{t}": n for t, n in signals[i].items()},
                     "t_train": 8.0,
@@ -118,8 +119,10 @@ def run_store(tmp_path) -> Store:
     return store
 
 
-def _lines(fig) -> dict[str, tuple[list, list]]:
-    return {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ax in fig.axes for ln in ax.lines}
+def _lines(fig, panel: int | None = None) -> dict[str, tuple[list, list]]:
+    """label -> (x, y) of the figure's lines, of one panel (axes index) or of all."""
+    axes = fig.axes if panel is None else [fig.axes[panel]]
+    return {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ax in axes for ln in ax.lines}
 
 
 def test_report_of_one_run_writes_every_plot_with_its_series(run_store, tmp_path):
@@ -135,8 +138,12 @@ def test_report_of_one_run_writes_every_plot_with_its_series(run_store, tmp_path
         assert f"]({name}.png)" in md
     assert "| r1 | 2 |" in md  # the rounds table
 
-    lines = _lines(rep.figures["score"])
-    assert lines["r1"] == ([1, 2], [0.25, 0.5])
+    assert _lines(rep.figures["score"], 0)["r1"] == ([1, 2], [0.25, 0.5])
+    assert _lines(rep.figures["score"], 1)["r1"] == ([1, 2], [pytest.approx(0.225), pytest.approx(0.35)])
+    assert [ax.get_ylabel() for ax in rep.figures["score"].axes] == [
+        "held-out success rate",
+        "held-out reward (partial credit)",
+    ]
     sig = _lines(rep.figures["signals"])
     assert sig["boundary"] == ([1, 2], [3, 1]) and sig["rare"] == ([1, 2], [1, 2])
     assert _lines(rep.figures["validation"])["r1"][1] == [0.75, 0.25]
@@ -164,12 +171,27 @@ def test_ablation_report_plots_means_and_seed_bands(tmp_path):
         sub = Store(f"{root.uri}/conditions/{rid}")
         fake_run(sub, rid, scores, [{"rare": 1}] * 2, [(1, 2)] * 2, [[2], [3]])
         rows += [
-            {"round": r + 1, "run_id": rid, "condition": cond, "seed": seed, "store": sub.uri, "eval_score": s}
+            {
+                "round": r + 1,
+                "run_id": rid,
+                "condition": cond,
+                "seed": seed,
+                "store": sub.uri,
+                "eval_score": s,
+                "eval_reward": s + 0.05,
+            }
             for r, s in enumerate(scores)
         ]
     for seed, score in ((0, 0.1), (1, 0.3)):
         rows.append(
-            {"round": 0, "run_id": f"zero-shot-s{seed}", "condition": "zero-shot", "seed": seed, "eval_score": score}
+            {
+                "round": 0,
+                "run_id": f"zero-shot-s{seed}",
+                "condition": "zero-shot",
+                "seed": seed,
+                "eval_score": score,
+                "eval_reward": score + 0.05,
+            }
         )
     for row in rows:
         root.write("ablations", row["round"], row["run_id"], [row])
@@ -177,11 +199,15 @@ def test_ablation_report_plots_means_and_seed_bands(tmp_path):
     rep = write_report(root, out=tmp_path / "rep")
     assert {p.stem for p in rep.files if p.suffix == ".png"} == PNGS
     score = rep.figures["score"].axes[0]
-    lines = _lines(rep.figures["score"])
+    lines = _lines(rep.figures["score"], 0)
     assert lines["static"][1] == pytest.approx([0.3, 0.5])
     assert lines["signal-guided"][1] == pytest.approx([0.4, 0.8])
     assert lines["zero-shot"] == ([0, 2], [pytest.approx(0.2), pytest.approx(0.2)])  # a level: round 0 only
     assert len(score.collections) == 2  # the seed bands of the two trained conditions
+    reward = _lines(rep.figures["score"], 1)
+    assert reward["signal-guided"][1] == pytest.approx([0.45, 0.85]) and reward["zero-shot"][1] == pytest.approx(
+        [0.25] * 2
+    )
     assert [t.get_text() for t in score.get_legend().get_texts()] == ["zero-shot", "static", "signal-guided"]
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "| zero-shot | 0 | 2 | 0.200 |" in md and "| signal-guided | 2 | 2 | 0.800 |" in md
@@ -234,7 +260,7 @@ def test_report_and_scan_over_s3(s3_endpoint, s3_bucket, tmp_path):
     fake_run(store, "s3run", scores=[0.5], signals=[{"rare": 2}], passed=[(1, 1)], turns=[[2]])
     rep = write_report(store, out=tmp_path / "rep")
     assert {p.stem for p in rep.files if p.suffix == ".png"} == PNGS
-    assert _lines(rep.figures["score"])["s3run"][1] == [0.5]
+    assert _lines(rep.figures["score"], 0)["s3run"][1] == [0.5]
     assert scan(store, "signals").select(pl.len()).collect().item() == 2
     from coevolve.report import round_markdown
 
