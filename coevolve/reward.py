@@ -35,7 +35,10 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coevolve.envs.base import EpisodeScore
 
 PARTIAL_SCALE = 0.5  # most a failed turn can earn, reproducing all of its reference calls
 FORMAT_WEIGHT = 0.1  # weight of the well-formed-call share in the training reward
@@ -117,6 +120,36 @@ def format_share(n_attempts: int, n_malformed: int) -> float:
 def training_reward(progress: float, format: float) -> float:
     """``clip(progress + FORMAT_WEIGHT * format, 0, 1)``: the reward GRPO optimizes."""
     return min(1.0, max(0.0, progress + FORMAT_WEIGHT * format))
+
+
+def episode_score(
+    turn_passed: Sequence[bool],
+    turn_progress: Sequence[float],
+    n_turns: int,
+    failure: str,
+    n_calls: int,
+    n_malformed: int,
+) -> EpisodeScore:
+    """The ``EpisodeScore`` of an episode scored turn by turn: ``turn_passed`` / ``turn_progress``
+    of the turns that ended, ``failure`` the first failed check ("" if none). It succeeds when
+    every one of the ``n_turns`` turns ended and passed; turns never reached count as failed."""
+    from coevolve.envs.base import EpisodeScore  # the environments import this module
+
+    reason = failure
+    if len(turn_passed) < n_turns and not reason:
+        reason = f"episode ended at turn {len(turn_passed)} of {n_turns}"
+    progress = episode_progress(turn_progress, n_turns) if n_turns else float(not reason)
+    fmt = format_share(n_calls, n_malformed)
+    return EpisodeScore(
+        success=not reason,
+        reward=training_reward(progress, fmt),
+        turn_passed=list(turn_passed) + [False] * (n_turns - len(turn_passed)),
+        reason=reason,
+        progress=progress,
+        format=fmt,
+        n_calls=n_calls,
+        n_malformed=n_malformed,
+    )
 
 
 def with_parse_errors(score: Any, n_parse_errors: int) -> Any:

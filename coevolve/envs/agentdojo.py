@@ -338,21 +338,8 @@ class AgentDojoEpisode:
         return True, "", ref_calls
 
     def score(self) -> EpisodeScore:
-        passed = self._turn_passed + [False] * (self.n_turns - len(self._turn_passed))
-        reason = self._failure
-        if len(self._turn_passed) < self.n_turns and not reason:
-            reason = f"episode ended at turn {len(self._turn_passed)} of {self.n_turns}"
-        progress = rewards.episode_progress(self._turn_progress, self.n_turns) if self.n_turns else float(not reason)
-        fmt = rewards.format_share(self.n_calls, self.n_malformed)
-        return EpisodeScore(
-            success=not reason,
-            reward=rewards.training_reward(progress, fmt),
-            turn_passed=passed,
-            reason=reason,
-            progress=progress,
-            format=fmt,
-            n_calls=self.n_calls,
-            n_malformed=self.n_malformed,
+        return rewards.episode_score(
+            self._turn_passed, self._turn_progress, self.n_turns, self._failure, self.n_calls, self.n_malformed
         )
 
 

@@ -319,24 +319,9 @@ class BfclEpisode:
 
     def score(self) -> EpisodeScore:
         """BFCL's verdict (all turns ended and passed) and the training reward's parts."""
-        passed = self._turn_passed + [False] * (self.n_turns - len(self._turn_passed))
-        reason = self._bfcl_failure
-        if self.finish_reason and not reason:
-            reason = f"{self.finish_reason} at turn {self.turn}"
-        elif len(self._turn_passed) < self.n_turns and not reason:
-            reason = f"episode ended at turn {len(self._turn_passed)} of {self.n_turns}"
-        success = not reason
-        progress = rewards.episode_progress(self._turn_progress, self.n_turns) if self.n_turns else float(success)
-        fmt = rewards.format_share(self.n_calls, self.n_malformed)
-        return EpisodeScore(
-            success=success,
-            reward=rewards.training_reward(progress, fmt),
-            turn_passed=passed,
-            reason=reason,
-            progress=progress,
-            format=fmt,
-            n_calls=self.n_calls,
-            n_malformed=self.n_malformed,
+        failure = self._bfcl_failure or (f"{self.finish_reason} at turn {self.turn}" if self.finish_reason else "")
+        return rewards.episode_score(
+            self._turn_passed, self._turn_progress, self.n_turns, failure, self.n_calls, self.n_malformed
         )
 
 
