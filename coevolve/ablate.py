@@ -217,7 +217,7 @@ def run_ablation(runs: list[AblationRun], on_run: Callable[[str, AblationRun], N
 
 def summary(store: Store) -> pl.DataFrame:
     """Held-out score per condition and round over seeds (``sql/ablations/summary.sql``), as
-    polars: condition, round, seeds, mean, std, min, max, mean_reward; in ladder order."""
+    polars: condition, round, seeds, mean, std, min, max, mean_reward, min_reward, max_reward; in ladder order."""
     from coevolve.sql import query_file
 
     df = query_file(store, "ablations/summary.sql")

@@ -19,17 +19,29 @@ from coevolve.cli.common import console, fail, parse_sets, preflight
 
 
 def summary_table(df):
-    """The summary (polars) as a rich table: mean and spread of the held-out score over seeds."""
+    """The summary (polars) as a rich table: mean and min-max over seeds of the held-out success
+    rate and of the held-out reward (partial credit, which moves where success stays 0)."""
     from rich import box
     from rich.table import Table
 
-    table = Table(title="coevolve ablate: held-out score (success rate) over seeds", box=box.SIMPLE_HEAD)
-    for col in ("condition", "round", "seeds", "mean", "std", "min", "max"):
-        table.add_column(col, justify="left" if col == "condition" else "right")
+    def cell(v) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    table = Table(
+        title="coevolve ablate: held-out success rate and reward over seeds", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    for col in ("condition", "round", "seeds", "success", "min-max", "reward", "min-max"):
+        table.add_column(col, justify="left" if col == "condition" else "right", no_wrap=True)
     for row in df.iter_rows(named=True):
-        cells = [row["condition"], str(row["round"]), str(row["seeds"])]
-        cells += ["-" if row[k] is None else f"{row[k]:.3f}" for k in ("mean", "std", "min", "max")]
-        table.add_row(*cells)
+        table.add_row(
+            row["condition"],
+            str(row["round"]),
+            str(row["seeds"]),
+            cell(row["mean"]),
+            f"{cell(row['min'])}-{cell(row['max'])}",
+            cell(row.get("mean_reward")),
+            f"{cell(row.get('min_reward'))}-{cell(row.get('max_reward'))}",
+        )
     return table
 
 

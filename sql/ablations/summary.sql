@@ -2,7 +2,8 @@
 -- Grain: one row per (condition, round); round 0 is the base policy (zero-shot).
 -- Parameters: none (reads the `ablations` view).
 -- Columns: condition, round, seeds (runs that finished the round), mean, std (sample std, null for one seed),
---          min, max, mean_reward.
+--          min, max (of the success rate), mean_reward, min_reward, max_reward (held-out partial-credit
+--          reward: what moves at scales where no held-out entry passes every turn).
 with ablations as (
     select condition, round, seed, eval_score, eval_reward from ablations
 ),
@@ -16,7 +17,9 @@ final as (
         stddev_samp(eval_score) as std,
         min(eval_score) as min,
         max(eval_score) as max,
-        avg(eval_reward) as mean_reward
+        avg(eval_reward) as mean_reward,
+        min(eval_reward) as min_reward,
+        max(eval_reward) as max_reward
     from ablations
     group by condition, round
 )
