@@ -20,7 +20,7 @@ from pathlib import Path
 import typer
 
 from coevolve.cli.app import bench_app
-from coevolve.cli.common import console, load_config_or_fail, parse_sets
+from coevolve.cli.common import console, print_table, load_config_or_fail, parse_sets
 
 
 @bench_app.command("fanout")
@@ -99,7 +99,7 @@ def bench_fanout(
             f"{total:.1f}",
             f"{reference / total:.2f}x",
         )
-    console.print(table)
+    print_table(table)
     same = accepted[0] == accepted[1]
     console.print(
         f"accepted candidates: {len(accepted[0])} in-process, {len(accepted[1])} fanned out, "

@@ -15,6 +15,12 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def print_table(table: Any) -> None:
+    """Print a rich table at its natural width when the output is not a terminal (a log file or a
+    pipe would otherwise get Rich's 80 columns and cells cut to "smoll…"); fitted to a terminal."""
+    (console if console.is_terminal else Console(width=240)).print(table)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     err_console.print(f"[bold red]error:[/bold red] {message}")
     raise typer.Exit(code)

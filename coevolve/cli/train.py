@@ -17,7 +17,7 @@ import time
 import typer
 
 from coevolve.cli.app import app, bench_app
-from coevolve.cli.common import console, fail
+from coevolve.cli.common import console, print_table, fail
 
 
 @app.command("train")
@@ -74,7 +74,9 @@ def bench_train(
     seq_len: int = typer.Option(256, "--seq-len", help="Tokens per sequence."),
     threads: int = typer.Option(0, "--threads", help="torch threads (0 = every core)."),
     whole_step: bool = typer.Option(
-        True, "--whole-step/--no-whole-step", help="Also time one default GRPO step of SmolLM2 (rollouts + update)."
+        True,
+        "--whole-step/--no-whole-step",
+        help="Also time the embedded default's first GRPO step of SmolLM2 (rollouts + update).",
     ),
 ) -> None:
     """The local trainer's update step next to a plain torch (+ peft) reference doing the same
@@ -109,15 +111,16 @@ def bench_train(
             f"{m['ratio']:.0%}",
             f"{m['tokens'] / m['trainer_s']:,.0f}",
         )
-    console.print(table)
+    print_table(table)
     if whole_step:
         w = measure_grpo_step("smollm2", **({"train.threads": threads} if threads else {}))
         console.print(
-            f"one default GRPO step of SmolLM2 (LoRA, {w['episodes']} episodes on synthesized tasks, "
-            f"max_new_tokens {w['max_new_tokens']}, ppo_epochs {w['ppo_epochs']}): {w['seconds']:.1f}s = "
-            f"rollouts {w['rollout_s']:.1f}s + update {w['update_s']:.1f}s ({w['n_tokens']:,} tokens, "
-            f"{w['n_computed_tokens']:,} computed with shared prompts {'on' if w['share_prefix'] else 'off'}); "
-            f"reward {w['reward']:.2f}"
+            f"whole step: the embedded default's first GRPO step of SmolLM2 (LoRA, after its {w['sft_steps']}-step "
+            f"SFT warm start; {w['episodes']} episodes on synthesized tasks, max_new_tokens {w['max_new_tokens']}, "
+            f"ppo_epochs {w['ppo_epochs']}): {w['seconds']:.1f}s = rollouts {w['rollout_s']:.1f}s + update "
+            f"{w['update_s']:.1f}s ({w['n_tokens']:,} tokens, {w['n_computed_tokens']:,} computed with shared "
+            f"prompts {'on' if w['share_prefix'] else 'off'}); reward {w['reward']:.3f}; loading, warm start "
+            f"and checkpoint {w['other_s']:.1f}s"
         )
 
 
@@ -147,7 +150,7 @@ def bench_sft(
     table = Table("held-out first calls", "well-formed call", "offered function", "reference function")
     for label, q in (("zero-shot", r["before"]), (f"after {steps} SFT steps", r["after"])):
         table.add_row(label, f"{q['parsed']:.0%}", f"{q['valid']:.0%}", f"{q['correct']:.0%}")
-    console.print(table)
+    print_table(table)
     console.print(
         f"{r['n_examples']} reference trajectories, {r['mean_tokens']:.0f} tokens each on average; "
         f"SFT {r['sft_seconds']:.0f}s ({r['sft_seconds'] / max(steps, 1):.1f}s/step); "

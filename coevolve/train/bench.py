@@ -96,9 +96,13 @@ def measure_update(
 
 
 def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides) -> dict:
-    """One default GRPO step (``train.steps = 1``, no SFT) of ``model_name`` on synthesized BFCL
-    tasks (the seed pool round 0 builds for ``seed``: ``coevolve.train.probe``), timed end to
-    end: ``{"seconds", "rollout_s", "update_s", "episodes", "n_tokens", "n_computed_tokens", "reward"}``."""
+    """The first GRPO step of the embedded default's round 1 (``train.steps = 1``, after the
+    default SFT warm start, as a round runs it) of ``model_name`` on synthesized BFCL tasks (the
+    seed pool round 0 builds for ``seed``: ``coevolve.train.probe``), timed end to end. Without the
+    warm start the base model earns no reward in any group, and a step without reward spread
+    has no update to time. Returns ``{"seconds" (the step: rollouts + update), "rollout_s",
+    "update_s", "other_s" (model loading, the SFT warm start, saving the checkpoint), "total_s", "episodes",
+    "n_tokens", "n_computed_tokens", "reward", "sft_steps", ...}``."""
     import tempfile
 
     from coevolve.config import load_config
@@ -116,7 +120,6 @@ def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides
                 "seed": seed,
                 "policy.model": model_name,
                 "train.checkpoint_dir": f"{tmp}/ckpt",
-                "train.sft_steps": 0,
                 "train.steps": 1,
                 **overrides,
             },
@@ -133,11 +136,13 @@ def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides
         "seconds": step.seconds,
         "update_s": update_s,
         "rollout_s": step.seconds - update_s,
+        "other_s": total - step.seconds,
         "total_s": total,
         "episodes": step.n_episodes,
         "n_tokens": step.n_tokens,
         "n_computed_tokens": sum(r["n_computed_tokens"] or 0 for r in updates),
         "reward": step.mean_reward,
+        "sft_steps": cfg.train.sft_steps,
         "ppo_epochs": cfg.train.ppo_epochs,
         "max_new_tokens": cfg.policy.max_new_tokens,
         "share_prefix": cfg.train.share_prefix,
