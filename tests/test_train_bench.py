@@ -22,3 +22,15 @@ def test_probe_tasks_are_round_zero_synthesized_tasks_split_by_scenario():
     first, rest = split_by_scenario(tasks, 0.5)
     assert first and rest and len(first) + len(rest) == len(tasks)
     assert not {t.task_id.split("~")[0] for t in first} & {t.task_id.split("~")[0] for t in rest}
+
+
+def test_bench_tables_print_at_full_width_into_a_pipe(capsys):
+    from rich.table import Table
+
+    from coevolve.cli.common import print_table
+
+    table = Table(*[f"trainer / plain speed {i}" for i in range(6)])
+    table.add_row(*[f"smollm2 LoRA r=16 {i}" for i in range(6)])
+    print_table(table)  # captured output is not a terminal
+    out = capsys.readouterr().out
+    assert "smollm2 LoRA r=16 5" in out and "…" not in out and max(len(line) for line in out.splitlines()) > 80
