@@ -20,7 +20,7 @@ from pathlib import Path
 import typer
 
 from coevolve.cli.app import bench_app
-from coevolve.cli.common import console, print_table, load_config_or_fail, parse_sets
+from coevolve.cli.common import console, load_config_or_fail, parse_sets, print_table
 
 
 @bench_app.command("fanout")

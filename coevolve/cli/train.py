@@ -17,7 +17,7 @@ import time
 import typer
 
 from coevolve.cli.app import app, bench_app
-from coevolve.cli.common import console, print_table, fail
+from coevolve.cli.common import console, fail, print_table
 
 
 @app.command("train")

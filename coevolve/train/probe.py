@@ -8,19 +8,12 @@ seed. BFCL's questions and ground-truth calls are never read.
     tasks = synthesized_tasks(seed=0, max_turns=1)   # e.g. "List my tickets." -> get_user_tickets()
     train, other = split_by_scenario(tasks, 0.5)     # disjoint scenarios, for a held-out measure
     small = narrow_tools(tasks)                      # tool blocks cut to the set's functions (tiny-model tests)
-
-and a hand-made family for the learning test (``file_system_tasks``): single-turn instructions
-over file-system training-scenario states with a five-function tool block, short enough
-for 30 GRPO steps of the tiny model in a CPU test ("List the files in the current
-directory." -> ls(), "Create a new directory called backup." -> mkdir(dir_name="backup")).
-The instructions and calls are written here, never taken from BFCL's questions or answers.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import tempfile
 from typing import Any
 
@@ -80,61 +73,3 @@ def narrow_tools(tasks: list[Task], extra: int = 2) -> list[Task]:
             dataclasses.replace(task, initial_state=initial, tools=[f for f in task.tools if f in keep] or keep)
         )
     return narrowed
-
-
-# (instruction, reference call): each is answered by one call of the file system.
-INSTRUCTIONS: list[tuple[str, dict]] = [
-    ("List the files in the current directory.", {"name": "ls", "arguments": {}}),
-    ("Print the current working directory.", {"name": "pwd", "arguments": {}}),
-    ("How much disk space does the current directory use?", {"name": "du", "arguments": {}}),
-    ("Show every file here, hidden ones included.", {"name": "ls", "arguments": {"a": True}}),
-    ("Create a new directory called backup.", {"name": "mkdir", "arguments": {"dir_name": "backup"}}),
-]
-
-FUNCTIONS = ("ls", "pwd", "du", "cd", "mkdir")
-
-
-def file_system_tasks(
-    n_scenarios: int = 4,
-    *,
-    heldout: frozenset[int] = frozenset(),
-    functions: tuple[str, ...] = FUNCTIONS,
-    named: bool = False,
-) -> list[Task]:
-    """``len(INSTRUCTIONS) x n_scenarios`` single-turn tasks on the first ``n_scenarios``
-    training scenarios whose only class is GorillaFileSystem (multi_turn_base states).
-
-    ``named``: the instruction names the call instead ("Call ls with {"a": true}."): a sibling
-    family that teaches the call format without what each plain instruction means."""
-    from coevolve.envs import bfcl_data
-
-    states = [
-        t
-        for t in bfcl_data.scenario_states(bfcl_data.training_scenarios(heldout), ["multi_turn_base"])
-        if t.initial_state["involved_classes"] == ["GorillaFileSystem"]
-    ][:n_scenarios]
-    if len(states) < n_scenarios:
-        raise ValueError(f"only {len(states)} file-system training scenarios, {n_scenarios} asked for")
-    hidden = [d["name"] for d in bfcl_data._class_docs("GorillaFileSystem") if d["name"] not in functions]
-    tasks = []
-    for state in states:
-        initial = copy.deepcopy(state.initial_state)
-        initial["excluded_function"] = sorted(set(initial.get("excluded_function", [])) | set(hidden))
-        for k, (text, call) in enumerate(INSTRUCTIONS):
-            if named:
-                args = f" with {json.dumps(call['arguments'])}" if call["arguments"] else ""
-                text = f"Call {call['name']}{args}."
-            tasks.append(
-                Task(
-                    task_id=f"{state.task_id}-{'named' if named else 'probe'}{k}",
-                    env="bfcl-v3",
-                    turns=[text],
-                    initial_state=initial,
-                    reference_actions=[[copy.deepcopy(call)]],
-                    tools=[f for f in state.tools if f in functions],
-                    category=state.category,
-                    split="train",
-                    origin="static",
-                )
-            )
-    return tasks
