@@ -129,3 +129,12 @@ def test_state_data_and_safety_profile(env, state):
     assert isinstance(profile, SafetyProfile)
     names = {d["name"] for t in env.training_states(0, 0) for d in env.function_docs(t)}
     assert set(profile.roles) <= names, "safety roles must name the environment's functions"
+
+
+def test_domain_text_is_text_of_the_training_side(env):
+    texts = env.domain_text()
+    assert isinstance(texts, list) and all(isinstance(t, str) for t in texts)
+    corpus = "\n".join(texts)
+    for task in env.heldout_tasks(3, 0):
+        for question in task.turns:
+            assert not question or str(question) not in corpus, "domain text must not carry held-out questions"

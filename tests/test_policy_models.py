@@ -55,3 +55,20 @@ def test_load_policy_by_backend_name():
     assert again.version == policy.model_path, "a checkpoint overrides cfg.model"
     with pytest.raises(ValueError, match="base_url"):
         load_policy(PolicyConfig(backend="openai", model="tiny"))
+
+
+def test_tiny_for_an_environment_learns_its_domain_text(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from coevolve.envs import agentdojo
+    from coevolve.policy.prompts import render_tools
+
+    monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path))
+    plain, dojo = resolve_model("tiny"), resolve_model("tiny:agentdojo")
+    assert Path(dojo).name.startswith("tiny-qwen2-v3-agentdojo-") and Path(dojo).parent == tmp_path
+    assert resolve_model("tiny:agentdojo") == dojo, "cached by its corpus"
+    assert resolve_model("tiny:bfcl-v3") == plain, "an environment without domain text gets plain tiny"
+
+    block = render_tools(agentdojo.tool_docs("travel"), "compact")
+    lengths = {p: len(AutoTokenizer.from_pretrained(p)(block).input_ids) for p in (plain, dojo)}
+    assert lengths[dojo] < 0.6 * lengths[plain], lengths

@@ -47,8 +47,9 @@ from functools import lru_cache
 from typing import Any
 
 from coevolve import reward as rewards
-from coevolve.envs.agentdojo_goals import goal_doc
+from coevolve.envs.agentdojo_goals import GOALS, goal_doc
 from coevolve.envs.base import EnvironmentBase, EpisodeScore, Observation, ToolCall
+from coevolve.policy.prompts import render_tools
 from coevolve.registry import register
 from coevolve.safety import ActionRole, SafetyProfile
 from coevolve.tasks import Task
@@ -82,6 +83,9 @@ def _default_dump(suite: str) -> str:
 def _env_type(suite: str) -> Any:
     """The suite's environment class (a pydantic model)."""
     return type(suites()[suite].load_and_inject_default_environment({}))
+
+
+_DOMAIN_STATE_CHARS = 20_000  # of a suite's state in its domain text: names, dates, IBANs
 
 
 def default_state(suite: str) -> dict[str, Any]:
@@ -495,3 +499,13 @@ class AgentDojoEnvironment(EnvironmentBase):
 
     def safety_profile(self) -> SafetyProfile:
         return SafetyProfile(roles=ROLES, known=_known, present=_present)
+
+    def domain_text(self) -> list[str]:
+        """Each suite's tool block as a prompt shows it and its default state (the training
+        states; no user or injection task is read), and the goal templates' wording."""
+        text = []
+        for suite in sorted(self.categories):
+            text.append(render_tools(tool_docs(suite), "compact"))
+            text.append(json.dumps(default_state(suite), default=str)[:_DOMAIN_STATE_CHARS])
+        text += [t for _, texts in GOALS.values() for t in texts]
+        return text

