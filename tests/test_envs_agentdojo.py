@@ -111,6 +111,25 @@ def test_a_synthesized_task_is_scored_against_its_reference_replay(env):
     assert not score.success and "differs" in score.reason and 0 < score.progress < 0.5
 
 
+def test_observations_carry_no_wall_clock_time(env):
+    """A created file's last_modified is the wall clock: the agent sees a marker instead, so the
+    same calls give the same text on every run (and a synthesized task still scores)."""
+    import datetime
+
+    state = env.start_state(env.training_states(0, 0, ["workspace"])[0])
+    ref = [{"name": "create_file", "arguments": {"filename": "plan.txt", "content": "day one"}}]
+    task = type(state)(**{**state.__dict__, "turns": ["Create plan.txt saying day one."], "reference_actions": [ref]})
+    seen = []
+    for _ in range(2):
+        episode = env.episode(task)
+        obs = episode.step(ToolCall("create_file", ref[0]["arguments"]))
+        episode.end_turn()
+        assert episode.score().success
+        seen.append(obs.content)
+    today = datetime.date.today().isoformat()
+    assert seen[0] == seen[1] and "@clock" in seen[0] and today not in seen[0], seen[0]
+
+
 def test_heldout_user_tasks_never_reach_the_training_side(env):
     held = env.heldout_tasks(40, 0)
     assert len(held) == 40 and len({t.task_id for t in held}) == 40

@@ -280,8 +280,11 @@ class AgentDojoEpisode:
 
             self._traces.append(FunctionCall(function=name, args=copy.deepcopy(arguments)))
         record = {"name": name if isinstance(name, str) else repr(name), "arguments": arguments}
-        self.calls[self.turn].append({**record, "result": content, "error": error})
         self._agent_results.append(content)
+        # what the agent sees carries no wall-clock time (a created file's last_modified, a sent
+        # email's timestamp): episodes, and the training text made of them, are the same every run
+        content = _clock_free_text(content, self._opened)
+        self.calls[self.turn].append({**record, "result": content, "error": error})
         return Observation(content=content, error=error)
 
     def reply(self, text: str) -> None:
