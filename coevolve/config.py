@@ -652,6 +652,9 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
+FOR_ENV = "for_env"  # the YAML key of per-environment sections
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
     """Read a YAML run config (or the defaults), apply dotted ``overrides``, validate.
 
@@ -678,9 +681,6 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     if sections is not None:
         data = _with_env_section(data, sections, overrides or {})
     return _build(RunConfig, data, "").check()
-
-
-FOR_ENV = "for_env"  # the YAML key of per-environment sections
 
 
 def _merged(base: dict[str, Any], section: dict[str, Any]) -> dict[str, Any]:

@@ -68,6 +68,8 @@ def test_tiny_for_an_environment_learns_its_domain_text(tmp_path, monkeypatch):
     assert Path(dojo).name.startswith("tiny-qwen2-v3-agentdojo-") and Path(dojo).parent == tmp_path
     assert resolve_model("tiny:agentdojo") == dojo, "cached by its corpus"
     assert resolve_model("tiny:bfcl-v3") == plain, "an environment without domain text gets plain tiny"
+    with pytest.raises(FileNotFoundError, match="unknown environment 'nowhere'"):
+        resolve_model("tiny:nowhere")
 
     block = render_tools(agentdojo.tool_docs("travel"), "compact")
     lengths = {p: len(AutoTokenizer.from_pretrained(p)(block).input_ids) for p in (plain, dojo)}

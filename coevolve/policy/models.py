@@ -252,7 +252,11 @@ def _tiny_for(env_name: str) -> str:
     environment without domain text gets plain "tiny"."""
     from coevolve.registry import resolve
 
-    extra = [str(t) for t in resolve("environment", env_name)().domain_text()]
+    try:
+        env_cls = resolve("environment", env_name)
+    except (KeyError, ImportError, AttributeError) as exc:
+        raise FileNotFoundError(f"model 'tiny:{env_name}': {exc.args[0] if exc.args else exc}") from None
+    extra = [str(t) for t in env_cls().domain_text()]
     if not extra:
         return _BUILTINS["tiny"]()
     digest = hashlib.sha256(json.dumps(extra).encode()).hexdigest()[:10]
