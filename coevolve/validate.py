@@ -13,7 +13,10 @@ checks first; the first failing check is the reason):
 3. **duplicates**: not the same content as a pool task or an earlier candidate (exact),
    nor a near-duplicate: same start state and a Jaccard similarity of the sets of
    reference calls >= ``near_duplicate_threshold``;
-4. **pass 1, executable**: in a fresh episode every reference call runs without error from
+4. **quality** (``coevolve.quality``): no schema filler, no value of the wrong role, no
+   reference call whose result is a failure (reasons ``filler: ...``, ``wrong role: ...``,
+   ``failing goal: ...``);
+5. **pass 1, executable**: in a fresh episode every reference call runs without error from
    the initial state and the replay reaches the task's own goal (``replay``); and every turn
    has an effect (``no_effect_turn``, unless ``require_effect`` is off): its calls change the
    state or return an answer the agent has not already been given. A turn is probed in a
@@ -22,7 +25,7 @@ checks first; the first failing check is the reason):
    anyway (BFCL: state equal to the reference's and the reference results already among
    the agent's), the turn's calls did nothing the task could ask for (a repeated read, a
    zero-amount update), and the task is rejected;
-5. **pass 2, learnable**: the solver (``validate.solver``, default the round's policy)
+6. **pass 2, learnable**: the solver (``validate.solver``, default the round's policy)
    attempts the task ``attempts`` times, batched through the rollout engine; kept if an
    attempt succeeds or makes progress (``progress``: reference effects reproduced, never a
    format bonus); dropped as too easy when every attempt succeeds (``drop_solved``).
@@ -53,6 +56,7 @@ import pyarrow.dataset as ds
 from coevolve.config import ConfigError, RunConfig
 from coevolve.envs.base import Environment, EpisodeScore, ToolCall
 from coevolve.explorers.base import observed_error
+from coevolve.quality import quality_reason
 from coevolve.registry import register, resolve
 from coevolve.safety import ArgumentRule, SafetyPolicy  # noqa: F401  (re-exported for callers)
 from coevolve.schemas import to_table
@@ -347,7 +351,7 @@ def validate_rows(
             row.update(verdict="rejected", reason=f"spec: {type(exc).__name__}: {str(exc)[:200]}")
             continue
         calls, state = task_calls(task), _state_key(task.env, task.initial_state)
-        reason = safety.check(task) or index.find(task.content_hash, state, calls)
+        reason = safety.check(task) or index.find(task.content_hash, state, calls) or quality_reason(env, task)
         reason = reason or executable(env, task, vcfg.require_effect)
         if reason:
             row.update(verdict="rejected", reason=reason)

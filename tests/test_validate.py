@@ -25,6 +25,7 @@ from coevolve.validate import (
     _episode_solver,
     learnable,
     no_effect_turn,
+    replay,
     summarize_candidates,
     validate,
     validate_rows,
@@ -101,20 +102,21 @@ def test_each_check_rejects_with_its_reason(env, seed):
         "pooled": "duplicate",
         "rm": "unsafe",
         "leak": "unsafe",
-        "bad-call": "pass 1 replay",
-        "ghost": "pass 1 replay",
+        "bad-call": "wrong role",  # the quality gate: 'nowhere' is no folder of the state
+        "ghost": "failing goal",  # the quality gate: a call to no function fails
         "repeat": "pass 1 no effect",
         "broken": "spec",
         "mismatch": "spec",
         "judged": "llm abstractor",
     }
     assert "blocked function rm" in out["rm"]["reason"] and "post_tweet.content" in out["leak"]["reason"]
-    assert "No such" in out["bad-call"]["reason"] and out["pooled"]["reason"].endswith(seed.task_id)
+    assert "'nowhere' is no known dir" in out["bad-call"]["reason"] and out["pooled"]["reason"].endswith(seed.task_id)
     assert out["repeat"]["reason"].startswith("pass 1 no effect: turn 1 (ls)")
     summary = summarize_candidates(to_table("candidates", list(out.values())))
     assert summary["accepted"] == 1 and summary["candidates"] == 12 and summary["pass_rate"] == round(1 / 12, 4)
-    assert summary["rejections"]["unsafe"] == 2 and summary["rejections"]["pass 1 replay"] == 2
-    assert summary["rejections_by_pass"] == {"checks": 8, "pass 1": 3}
+    assert summary["rejections"]["unsafe"] == 2 and summary["rejections"]["wrong role"] == 1
+    assert summary["rejections"]["failing goal"] == 1
+    assert summary["rejections_by_pass"] == {"checks": 10, "pass 1": 1}
     assert summary["accepted_by_signal_type"] == {"boundary": 1} and summary["accepted_turns"] == {"1": 1}
     # the probe can be switched off: the repeated listing then passes pass 1
     lenient = load_config(overrides={"validate.require_effect": False})
@@ -137,8 +139,11 @@ def test_a_reference_whose_result_cannot_be_reproduced_fails_the_first_pass(env,
     # the reference of turn 0 lists 'temp', which only exists after turn 1's mkdir: replay
     # runs it without error but it does not reach the goal it claims
     rows = [_candidate(seed, ["a", "b"], [[CD, {"name": "cd", "arguments": {"folder": "temp"}}], [MK]], "order")]
+    reason, _ = replay(env, Task.from_json(rows[0]["spec"]))
+    assert reason and reason.startswith("pass 1 replay")
+    # validation's quality gate refuses it earlier: 'temp' is no folder the state or an earlier call shows
     out = validate_rows(rows, [], env, load_config(), None)
-    assert out[0]["verdict"] == "rejected" and out[0]["reason"].startswith("pass 1 replay")
+    assert out[0]["verdict"] == "rejected" and out[0]["reason"].startswith("wrong role: cd.folder='temp'")
 
 
 def test_learnable_verdicts():

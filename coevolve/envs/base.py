@@ -20,7 +20,7 @@ Who calls what:
 - round 0 (``coevolve.synth``): ``training_states`` and ``scenario_of``; never a question,
   never a ground-truth call, nothing of a held-out scenario;
 - exploration, abstraction, validation: ``start_state``, ``function_docs``, ``state_data``,
-  ``episode``, ``observation_error``, ``safety_profile``;
+  ``episode``, ``observation_error``, ``value_roles``, ``safety_profile``;
 - training and evaluation rollouts: ``episode``.
 
 ``success`` is the benchmark's verdict (what evaluation reports); ``reward`` is the training
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from coevolve.tasks import Task
 
 if TYPE_CHECKING:
+    from coevolve.roles import RoleTable
     from coevolve.safety import SafetyProfile
 
 
@@ -145,7 +146,13 @@ class Environment(Protocol):
         ...
 
     def observation_error(self, obs: Observation) -> str | None:
-        """The error an observation reports, or None."""
+        """The error an observation reports, or None: raised errors, and the failure results a
+        backend *returns* (not found, unknown, a false status), in this environment's shapes."""
+        ...
+
+    def value_roles(self) -> RoleTable:
+        """What the environment's parameters and state values are (``coevolve.roles``):
+        where names mislead, what its state's dict keys are, which values a task may make up."""
         ...
 
     def safety_profile(self) -> SafetyProfile:
@@ -197,6 +204,11 @@ class EnvironmentBase:
         from coevolve.safety import SafetyProfile
 
         return SafetyProfile()
+
+    def value_roles(self) -> RoleTable:
+        from coevolve.roles import RoleTable
+
+        return RoleTable()
 
     def domain_text(self) -> list[str]:
         return []

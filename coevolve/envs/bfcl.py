@@ -31,6 +31,7 @@ with the method's defaults filled in); and the share of well-formed call attempt
 
 from __future__ import annotations
 
+import ast
 import copy
 import datetime
 import decimal
@@ -46,6 +47,8 @@ import mpmath
 from coevolve.envs import bfcl_data
 from coevolve import reward as rewards
 from coevolve.envs.base import EnvironmentBase, EpisodeScore, Observation, ToolCall
+from coevolve.envs.bfcl_roles import TABLE as ROLE_TABLE
+from coevolve.roles import RoleTable
 from coevolve.registry import register
 from coevolve.safety import ActionRole, SafetyProfile
 from coevolve.tasks import Task
@@ -325,6 +328,22 @@ class BfclEpisode:
         )
 
 
+_FAILED_VALUES = {"Stock not found", "Unknown", "00000"}
+
+
+def returned_failure(doc: dict[str, Any]) -> str | None:
+    """The failure a BFCL result reports (see ``BfclEnvironment.observation_error``), or None."""
+    if doc.get("error"):
+        return str(doc["error"])
+    for key, value in doc.items():
+        if value is False and (key.endswith("status") or key in ("success", "authenticated")):
+            detail = next((str(v) for k, v in doc.items() if isinstance(v, str)), "")
+            return f"{key} is false" + (f": {detail}" if detail else "")
+        if isinstance(value, str) and value in _FAILED_VALUES:
+            return f"{key}: {value}"
+    return None
+
+
 # Safety roles of BFCL's functions (coevolve.safety): messages and posts carry content out,
 # deletions destroy records. The default blocked_functions list blocks most deletions outright.
 ROLES: dict[str, ActionRole] = {
@@ -394,23 +413,51 @@ class BfclEnvironment(EnvironmentBase):
         return start
 
     def state_data(self, initial_state: dict[str, Any]) -> Any:
-        """The backends' configuration (``initial_config``), not bookkeeping such as doc file names."""
-        return initial_state.get("initial_config", initial_state)
+        """The backends' data as an episode starts (not bookkeeping such as doc file names): each
+        class's configuration, or, for a class the state leaves to its defaults (MessageAPI's
+        users, TicketAPI's queue), the public attributes its backend loads."""
+        config = dict(initial_state.get("initial_config") or {})
+        missing = [c for c in initial_state.get("involved_classes", []) if not config.get(c)]
+        if missing:
+            instances = bfcl_data.make_instances({"involved_classes": missing, "initial_config": {}})
+            for name, inst in instances.items():
+                if name in ("GorillaFileSystem", "MathAPI"):
+                    continue
+                public = {k: v for k, v in vars(inst).items() if not k.startswith("_")}
+                config[name] = _plain(public, {}, "$")
+        return config
+
+    def value_roles(self) -> RoleTable:
+        return ROLE_TABLE
+
+    def result_data(self, content: str) -> Any:
+        """A call's result as data: BFCL renders dicts as JSON and everything else with
+        ``str()`` (a list of airports is a Python literal), read back with ``ast.literal_eval``
+        (literals only, never evaluated as code); None for plain text."""
+        try:
+            return json.loads(content)
+        except (json.JSONDecodeError, TypeError):
+            pass
+        try:
+            return ast.literal_eval(content) if isinstance(content, str) and len(content) < 100_000 else None
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return None
 
     def observation_error(self, obs: Observation) -> str | None:
-        """``obs.error``, or the error a backend *returned* instead of raising
-        (``{"error": "cd: folder: No such file or directory"}``)."""
+        """``obs.error``, or the failure a backend *returned* instead of raising, in each of
+        bfcl_eval's shapes: ``{"error": ...}``, a false status (``login_status``,
+        ``verification_status``, ``success``...), a placeholder answer ("Stock not found",
+        zip code ``00000``, airport ``Unknown``)."""
         if obs.error:
             return obs.error
         text = obs.content.strip() if isinstance(obs.content, str) else ""
-        if text.startswith("{") and '"error"' in text:
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError:
-                return None
-            if isinstance(doc, dict) and doc.get("error"):
-                return str(doc["error"])
-        return None
+        if not text.startswith("{"):
+            return None
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        return returned_failure(doc) if isinstance(doc, dict) else None
 
     def safety_profile(self) -> SafetyProfile:
         return SafetyProfile(roles=ROLES, known=_config)

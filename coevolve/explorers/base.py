@@ -7,6 +7,7 @@ Explorers import this module, never the stage, so there is no import cycle.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -45,6 +46,19 @@ def observed_error(obs: Observation, env: Environment | None = None) -> str | No
     if env is not None and hasattr(env, "observation_error"):
         return env.observation_error(obs)
     return obs.error
+
+
+def result_data(env: Environment | None, content: str) -> Any:
+    """A call's result as data (a dict, list or scalar), for harvesting its values: the
+    environment's own reading (``result_data``: AgentDojo's YAML) where it has one, else JSON;
+    None when the text is neither."""
+    reader = getattr(env, "result_data", None)
+    if reader is not None:
+        return reader(content)
+    try:
+        return json.loads(content)
+    except (json.JSONDecodeError, TypeError):
+        return None
 
 
 @dataclass

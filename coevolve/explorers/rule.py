@@ -2,169 +2,77 @@
 
 Each step picks a function and fills its arguments, adapting to what it has seen:
 
-- **which function**: the rare pattern's next call (consecutively, until it succeeds); in a
+- **which function**: the rare pattern's next call (consecutively, until it succeeds); after
+  an error that names a precondition ("Please log in", "brake pedal needs to be pressed"),
+  the function that error points at, then the failed one again; a function that can use
+  what the last call just returned (an order id, a listed folder), now and then; in a
   coverage context, the next focus tool not yet reached (a few tries each); otherwise a
   focus tool, or now and then any tool;
-- **which arguments**: from the function doc (types, ``[Enum]`` lists, required/optional),
-  values the failed attempt used (its own calls, not a reference), values present in the
-  start state and in every observation so far (newest first), or fresh values;
-- **errors**: after a failed call its argument values are not offered again for that
-  function, and the explorer usually retries the same function with other values.
+- **which arguments** (``coevolve.roles``): every parameter has a role, and a value is only
+  ever taken from the same role, in this order: a result observed earlier in the run, an
+  entity of the start state (dict keys included: stock symbols, card ids), an earlier
+  call's argument, the environment's own values; the enum is a hard rule; a realistic
+  generator makes values only for what a task may create (a new file name, a message, an
+  amount in the range the state suggests, a date in the stated format). A function whose
+  required parameter has no value of its role is not called. Optional parameters are filled
+  only where the goal templates can say them;
+- **errors**: a failed call bans only the values its error names (for that parameter), and
+  the exact call is never sent again; the explorer usually retries with other values.
 
-It never reads the context task's turns or reference calls (see ``coevolve.explore``).
+It never reads the context task's turns or reference calls (see ``coevolve.explore``); of
+the failed attempt it uses the calls' values that the start state proves of the right role.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
+from coevolve.abstractors.goals import goal_for, mentioned_params
 from coevolve.config import RunConfig
 from coevolve.envs.base import ToolCall
-from coevolve.explorers.base import Session
+from coevolve.explorers.base import Session, result_data
 from coevolve.registry import register
+from coevolve.roles import ParamRole, RoleTable, ValuePool, param_roles, role_problem, tokens
 
-_ENUM = re.compile(r"\[Enum\]:\s*(\[[^\]]*\])")
-_TYPES = {
-    "string": (str,),
-    "integer": (int,),
-    "float": (int, float),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-    "dict": (dict,),
-    "object": (dict,),
-}
-_MAX_PER_KEY = 40  # keep the newest values per key: long-context states hold thousands
-
-
-@dataclass
-class Param:
-    name: str
-    type: str
-    required: bool
-    enum: list[Any]
-    item_type: str
-
-
-def params_of(doc: dict[str, Any]) -> list[Param]:
-    """The parameters of a BFCL function doc (enums read from ``enum`` or ``[Enum]: [...]``)."""
-    spec = doc.get("parameters") or {}
-    required = set(spec.get("required") or [])
-    out = []
-    for name, p in (spec.get("properties") or {}).items():
-        enum = p.get("enum") or []
-        if not enum:
-            m = _ENUM.search(p.get("description", ""))
-            if m:
-                try:
-                    enum = json.loads(m.group(1))
-                except json.JSONDecodeError:
-                    enum = []
-        item = (p.get("items") or {}).get("type", "string")
-        out.append(Param(name, p.get("type", "string"), name in required, list(enum), item))
-    return out
-
-
-def fits(value: Any, type_name: str) -> bool:
-    """Does ``value`` have the JSON-schema type ``type_name`` (bools are not numbers)?"""
-    types = _TYPES.get(type_name)
-    if types is None:
-        return True
-    if isinstance(value, bool) and bool not in types:
-        return False
-    return isinstance(value, types)
-
-
-def fits_param(value: Any, p: Param) -> bool:
-    """Type (and, for arrays, item type) of ``value`` match the parameter."""
-    if not fits(value, p.type):
-        return False
-    return not isinstance(value, list) or all(fits(v, p.item_type) for v in value)
-
-
-def _kind_hint(param: str) -> str | None:
-    """File-system parameters want names of the right kind of node."""
-    p = param.lower()
-    if "folder" in p or "dir" in p or p in ("destination", "path"):
-        return "dir"
-    if "file" in p or p == "source":
-        return "file"
-    return None
-
-
-class ValueBank:
-    """Values seen so far, under the key they appeared with, newest last."""
-
-    def __init__(self) -> None:
-        self.by_key: dict[str, list[Any]] = defaultdict(list)
-        self.names: dict[str, list[str]] = {"file": [], "dir": []}
-        self.recent: list[Any] = []  # scalars of the latest successful observation (e.g. a listing)
-
-    def add(self, key: str, value: Any) -> None:
-        values = self.by_key[key]
-        if value in values:
-            values.remove(value)
-        values.append(value)
-        del values[:-_MAX_PER_KEY]
-
-    def harvest(self, obj: Any, key: str = "") -> None:
-        """Record every scalar (and short list) in ``obj`` under its nearest key."""
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                if isinstance(v, dict) and v.get("type") in ("file", "directory"):
-                    kind = "file" if v["type"] == "file" else "dir"
-                    if k not in self.names[kind]:
-                        self.names[kind].append(k)
-                        del self.names[kind][:-_MAX_PER_KEY]
-                self.harvest(v, str(k))
-        elif isinstance(obj, list):
-            if obj and len(obj) <= 8 and all(isinstance(v, (str, int, float)) for v in obj):
-                self.add(key, list(obj))
-            for v in obj[:_MAX_PER_KEY]:
-                self.harvest(v, key)
-        elif isinstance(obj, (str, int, float)) and key:
-            if not (isinstance(obj, str) and len(obj) > 200):
-                self.add(key, obj)
-
-    def harvest_text(self, text: str) -> None:
-        try:
-            obj = json.loads(text)
-        except (json.JSONDecodeError, TypeError):
-            return
-        self.harvest(obj)
-        self.recent = list(_scalars(obj))[:_MAX_PER_KEY]
-
-
-def _scalars(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        for v in obj.values():
-            yield from _scalars(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _scalars(v)
-    elif isinstance(obj, (str, int, float)):
-        yield obj
-
-
-def _plausible(value: Any, hint: str | None) -> bool:
-    """A file or folder name is short and on one line (not a file's content)."""
-    return not hint or not isinstance(value, str) or (len(value) <= 40 and "\n" not in value)
+# words of an error message that say nothing about which function would help
+_STOP = {"the", "a", "an", "to", "is", "be", "not", "no", "you", "your", "of", "in", "for", "and", "or", "with",
+         "please", "error", "must", "can", "only", "before", "first", "id", "found", "invalid", "this", "that"}  # fmt: skip
 
 
 def _key(call: Any) -> str:
     return json.dumps([call.name, call.arguments], sort_keys=True, default=str)
 
 
-def _tokens(name: str) -> set[str]:
-    return {t for t in re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", name.lower()) if len(t) > 1}
+def _j(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ication", "ed", "ing", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[: -len(suffix)]
+    return word
+
+
+_PAIRS = (("min_", "max_"), ("start_", "end_"), ("from_", "to_"))
+
+
+def _ordered(args: dict[str, Any]) -> dict[str, Any]:
+    """Bounds in order: ``min_price`` <= ``max_price``, ``start_date`` <= ``end_date``."""
+    for lo, hi in _PAIRS:
+        for k in list(args):
+            if k.startswith(lo) and hi + k[len(lo) :] in args:
+                other = hi + k[len(lo) :]
+                a, b = args[k], args[other]
+                if type(a) is type(b) and not isinstance(a, (list, dict, bool)) and a > b:
+                    args[k], args[other] = b, a
+    return args
 
 
 class RuleExplorer:
-    """Schema- and state-driven exploration, focused by the signal's context."""
+    """Schema-, role- and state-driven exploration, focused by the signal's context."""
 
     signal_guided = True
     # probabilities of the step kinds when no pattern or retry decides
@@ -172,7 +80,10 @@ class RuleExplorer:
     p_coverage = 0.75  # coverage contexts: the next unreached focus tool (the rest: any tool)
     coverage_tries = 3  # attempts per focus tool before a coverage run moves on
     p_retry = 0.6  # after an error: the same function again, with other values
-    p_optional = 0.3  # fill an optional parameter
+    p_prereq = 0.8  # after an error naming a precondition: the function it points at
+    p_flow = 0.45  # a function that takes what the last call returned
+    p_optional = 0.3  # fill an optional parameter (one the goal templates mention)
+    p_change = 0.6  # prefer functions that change the state among the candidates
 
     def __init__(self, cfg: RunConfig | None = None) -> None:
         self.cfg = cfg
@@ -190,66 +101,118 @@ class RuleExplorer:
         tools = mem["tools"]
         if not tools:
             return "no callable tools in this context"
-        choice = self._choose_function(s)
-        call = choice if isinstance(choice, ToolCall) else ToolCall(choice, self.fill(s, choice))
-        # never send a call that already failed as it is: other values, else another function
-        for attempt in range(6):
-            if _key(call) not in mem["failed"]:
-                break
-            name = call.name if attempt < 4 else s.rng.choice(tools)
-            call = ToolCall(name, self.fill(s, name))
-        return call
+        choice: str | ToolCall | None = mem.pop("prereq", None) or self._choose_function(s)
+        for attempt in range(8):
+            if isinstance(choice, ToolCall):
+                call: ToolCall | None = choice
+            else:
+                args = self.fill(s, choice)
+                call = ToolCall(choice, args) if args is not None else None
+            repeat = call is not None and _key(call) in mem["done"] and s.rng.random() < 0.85
+            if call is not None and _key(call) not in mem["failed"] and not repeat:
+                return call
+            name = choice.name if isinstance(choice, ToolCall) else choice
+            if attempt >= 2 or call is None:  # nothing to fill it with, or it keeps failing: another function
+                mem["unfillable"].add(name)
+                left = [t for t in tools if t not in mem["unfillable"]]
+                choice = s.rng.choice(left or tools)
+        return call if call is not None else "no function of this context can be filled with values of their roles"
 
     # ------------------------------------------------------------------ state
     def _start(self, s: Session) -> None:
         ctx, mem = s.context, s.memory
-        bank = ValueBank()
-        # the environment's data in the start state (Environment.state_data), not its bookkeeping
-        bank.harvest(s.state_data())
+        table = s.env.value_roles() if s.env is not None and hasattr(s.env, "value_roles") else RoleTable()
+        pool = ValuePool(table)
+        pool.harvest(s.state_data(), "state")
+        params = {name: param_roles(doc, table) for name, doc in s.docs.items()}
         refs: dict[tuple[str, str], list[Any]] = defaultdict(list)
-        calls = []  # the failed attempt's own successful calls (never the task's reference)
-        for step in ctx.evidence:
-            bank.harvest_text(step.get("observation") or "")
-            try:
-                args = json.loads(step.get("action_args") or "{}")
-            except json.JSONDecodeError:
-                args = {}
-            if step.get("action_name") and isinstance(args, dict) and not step.get("error"):
-                calls.append({"name": step["action_name"], "arguments": args})
-        if self.signal_guided:
-            for c in calls:
-                for k, v in (c.get("arguments") or {}).items():
-                    refs[(c.get("name", ""), k)].append(v)
-                    refs[("", k)].append(v)
-        mem["bank"], mem["refs"] = bank, refs
-        mem["bad"] = defaultdict(list)
+        if self.signal_guided:  # the failed attempt's own calls, where its values are of the right role
+            for step in ctx.evidence:
+                if not step.get("action_name") or step.get("error"):
+                    continue
+                try:
+                    args = json.loads(step.get("action_args") or "{}")
+                except json.JSONDecodeError:
+                    continue
+                by_name = {p.name: p for p in params.get(step["action_name"], [])}
+                for k, v in (args if isinstance(args, dict) else {}).items():
+                    p = by_name.get(k)
+                    if p is not None and role_problem(p, v, pool, step["action_name"]) is None:
+                        refs[(step["action_name"], k)].append(v)
+        mem["pool"], mem["params"], mem["refs"] = pool, params, refs
+        mem["bad"] = defaultdict(set)  # (function, parameter) -> banned values (JSON)
         mem["failed"] = set()
+        mem["done"] = set()  # calls that succeeded: sent again only now and then (a second cd is a move)
+        mem["unfillable"] = set()
         mem["tools"] = [t for t in s.docs if t not in ctx.avoid and (not ctx.task.tools or t in ctx.task.tools)]
         mem["reached"] = set()  # functions that ran without error in this run
         mem["tries"] = defaultdict(int)  # attempts per function in this run
         mem["pattern"] = [f for f in ctx.focus if f in s.docs] if ctx.sequence else []
         mem["pattern_cursor"] = 0
         mem["retry"] = None
+        mem["mentioned"] = {name: mentioned_params(name, doc) for name, doc in s.docs.items()}
+        mem["kinds"] = {
+            name: (goal_for(name, doc).kind if goal_for(name, doc) else "do") for name, doc in s.docs.items()
+        }
 
     def _observe(self, s: Session, last: Any) -> None:
         mem = s.memory
+        pool: ValuePool = mem["pool"]
         mem["retry"] = None
+        mem["unfillable"] = set()
         if last.name is not None:
             mem["tries"][last.name] += 1
+        by_name = {p.name: p for p in mem["params"].get(last.name, [])}
         if last.error is None:
             mem["reached"].add(last.name)
-            mem["bank"].harvest_text(last.observation)
+            mem["done"].add(_key(last))
+            data = result_data(s.env, last.observation)
+            if isinstance(data, (dict, list)):
+                pool.harvest(data, "result", function=last.name or "")
+            else:
+                pool.fresh = []
             for k, v in last.arguments.items():
-                mem["bank"].add(k, v)
+                if k in by_name:
+                    for item in v if isinstance(v, list) else [v]:
+                        pool.add(by_name[k].role, item, "arg")
             pattern = mem["pattern"]
             if pattern and mem["pattern_cursor"] < len(pattern) and last.name == pattern[mem["pattern_cursor"]]:
                 mem["pattern_cursor"] += 1
         elif last.name is not None:
             mem["failed"].add(_key(last))
+            # ban only the values the error names
             for k, v in last.arguments.items():
-                mem["bad"][(last.name, k)].append(v)
-            if s.rng.random() < self.p_retry:
+                for item in v if isinstance(v, list) else [v]:
+                    text = str(item)
+                    if len(text) >= 2 and text in (last.error or "") + (last.observation or ""):
+                        mem["bad"][(last.name, k)].add(_j(item))
+            prereq = self._precondition(s, last)
+            if prereq and s.rng.random() < self.p_prereq:
+                mem["prereq"] = prereq
                 mem["retry"] = last.name
+            elif s.rng.random() < self.p_retry:
+                mem["retry"] = last.name
+
+    def _precondition(self, s: Session, last: Any) -> str | None:
+        """The function an error message points at ("Please log in first" -> a login), or None:
+        the most words of the message in its name (a prefix counts: "log" -> ``ticket_login``),
+        ties going to the function that shares most of the failed one's name."""
+        words = {_stem(w) for w in tokens(f"{last.error} {last.observation}") if w not in _STOP and len(w) > 2}
+        if not words:
+            return None
+        failed = set(tokens(last.name or ""))
+        best, score = None, 0.0
+        for name in s.memory["tools"]:
+            if name == last.name:
+                continue
+            parts = {_stem(w) for w in tokens(name)}
+            hits = sum(1 for w in words if any(p.startswith(w) or w.startswith(p) for p in parts if len(p) > 2))
+            if not hits:
+                continue
+            value = hits + 0.5 * len(failed & set(tokens(name)))
+            if value > score:
+                best, score = name, value
+        return best
 
     # ------------------------------------------------------------------ choices
     def _choose_function(self, s: Session) -> str | ToolCall:
@@ -262,72 +225,68 @@ class RuleExplorer:
         if mem["retry"]:
             return mem["retry"]
         focus = [f for f in s.context.focus if f in mem["tools"]]
+        takers = self._takers(s)
+        if takers and rng.random() < self.p_flow:
+            preferred = [t for t in takers if t in focus] or takers
+            return rng.choice(preferred)
         if s.context.coverage:
             todo = [f for f in focus if f not in mem["reached"] and mem["tries"][f] < self.coverage_tries]
             if todo and rng.random() < self.p_coverage:
                 return todo[0]
         elif focus and rng.random() < self.p_focus:
-            return rng.choice(focus)
-        return rng.choice(mem["tools"])
+            return self._prefer_change(s, focus)
+        return self._prefer_change(s, mem["tools"])
 
-    def fill(self, s: Session, name: str) -> dict[str, Any]:
-        """Arguments for ``name``: every required parameter, some optional ones."""
-        args = {}
-        for p in params_of(s.docs.get(name, {})):
-            if p.required or s.rng.random() < self.p_optional:
-                args[p.name] = self._value(s, name, p)
-        return args
+    def _prefer_change(self, s: Session, names: list[str]) -> str:
+        """One of ``names``, a function that changes the state (goal kind ``do``) more often
+        than not: a task is worth more for what it makes the agent do than for what it reads."""
+        changing = [n for n in names if s.memory["kinds"].get(n) == "do"]
+        if changing and s.rng.random() < self.p_change:
+            return s.rng.choice(changing)
+        return s.rng.choice(names)
 
-    def _value(self, s: Session, fname: str, p: Param, exclude: tuple[Any, ...] = ()) -> Any:
+    def _takers(self, s: Session) -> list[str]:
+        """Functions with a parameter whose role takes a value the last call just returned."""
+        pool: ValuePool = s.memory["pool"]
+        fresh_roles = {r for r, _ in pool.fresh}
+        if not fresh_roles:
+            return []
+        out = []
+        for name in s.memory["tools"]:
+            for p in s.memory["params"].get(name, []):
+                if p.required and not p.enum and any(pool.table.accepts(p.role, r) for r in fresh_roles):
+                    out.append(name)
+                    break
+        return out
+
+    def fill(self, s: Session, name: str) -> dict[str, Any] | None:
+        """Arguments for ``name``: every required parameter, some optional ones the goal
+        templates mention; None when a required parameter has no value of its role."""
         mem, rng = s.memory, s.rng
-        bank: ValueBank = mem["bank"]
-        bad = list(exclude) + mem["bad"].get((fname, p.name), [])
-        hint = _kind_hint(p.name)
-        similar = [v for k, vs in bank.by_key.items() if k != p.name and _tokens(k) & _tokens(p.name) for v in vs]
-        # names of the right kind, those just listed first (they exist where we are now)
-        named = [v for v in bank.recent if hint and v in bank.names[hint]] + (bank.names[hint][::-1] if hint else [])
-        tiers = [
-            list(mem["refs"].get((fname, p.name), [])),
-            (list(p.enum) if p.type != "array" else []) + bank.by_key.get(p.name, [])[::-1],
-            named + list(mem["refs"].get(("", p.name), [])) + similar,
-        ]
-        if hint:  # a file or folder parameter wants a name, best one that was just listed
-            tiers = [tiers[0], named, tiers[1]]
-        for tier in tiers:
-            options = [v for v in tier if fits_param(v, p) and v not in bad and _plausible(v, hint)]
-            if options and rng.random() < 0.75:
-                # newest values first: prefer the head, but keep some spread
-                return options[min(int(rng.expovariate(0.7)), len(options) - 1)]
-        anywhere = [v for vs in bank.by_key.values() for v in vs if fits_param(v, p) and v not in bad]
-        if anywhere and not hint and rng.random() < 0.3:
-            return rng.choice(anywhere)
-        return self._fresh(p, hint, rng)
+        args: dict[str, Any] = {}
+        mentioned = mem["mentioned"].get(name)
+        for p in mem["params"].get(name, []):
+            if not p.required:
+                if mentioned is not None and p.name not in mentioned:
+                    continue
+                if rng.random() >= self.p_optional:
+                    continue
+            value = self._value(s, name, p, taken=[v for k, v in args.items()])
+            if value is None:
+                if p.required:
+                    return None
+                continue
+            args[p.name] = value
+        return _ordered(args)
 
-    @staticmethod
-    def _fresh(p: Param, hint: str | None, rng: Any) -> Any:
-        n = rng.randint(1, 99)
-        if p.enum and p.type == "array":  # an [Enum] on an array lists its allowed items
-            return rng.sample(p.enum, k=rng.randint(1, len(p.enum)))
-        if p.enum:
-            return rng.choice(p.enum)
-        if p.type == "integer":
-            return n
-        if p.type in ("float", "number"):
-            return float(n)
-        if p.type == "boolean":
-            return rng.random() < 0.5
-        if p.type == "array":
-            k = rng.randint(2, 4)
-            if p.item_type in ("integer", "float", "number"):
-                return [rng.randint(1, 99) if p.item_type == "integer" else float(rng.randint(1, 99)) for _ in range(k)]
-            return [f"item_{rng.randint(1, 99)}" for _ in range(k)]
-        if p.type in ("dict", "object"):
-            return {}
-        if hint == "file":
-            return f"notes_{n}.txt"
-        if hint == "dir":
-            return f"folder_{n}"
-        return f"{p.name.replace('_', ' ')} {n}"
+    def _value(self, s: Session, fname: str, p: ParamRole, taken: list[Any] = ()) -> Any:  # type: ignore[assignment]
+        """A value of ``p``'s role (not one another parameter of the call already took)."""
+        mem, rng = s.memory, s.rng
+        bad = mem["bad"].get((fname, p.name), set()) | {_j(v) for v in taken}
+        refs = [v for v in mem["refs"].get((fname, p.name), []) if _j(v) not in bad]
+        if refs and rng.random() < 0.5:
+            return refs[-1]
+        return mem["pool"].pick(p, rng, bad, function=fname)
 
 
 register("explorer", "rule")(RuleExplorer)
