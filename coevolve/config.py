@@ -266,7 +266,7 @@ class ExploreConfig:
     )
     explorer: str = _help("Explorer plug-in: 'rule', 'llm' or 'random'.", "rule")
     runs_per_context: int = _help("Independent runs per signal context (multi-round).", 2)
-    steps_per_run: int = _help("Steps per run (multi-step).", 4)
+    steps_per_run: int = _help("Steps per run (multi-step; room for a task of several turns).", 8)
     contexts: int = _help(
         "Exploration budget of a round, in contexts: signal contexts (in rank order) up to this many; "
         "the 'random' explorer gets exactly as many contexts as the signal-guided one would. The default "
@@ -310,10 +310,10 @@ class SynthConfig:
     contexts_per_scenario: int = _help(
         "Coverage contexts per scenario state; their focus tools partition the scenario's tools so that "
         "together they reach every tool of its classes.",
-        2,
+        4,
     )
     runs_per_context: int = _help("Independent exploration runs per coverage context.", 2)
-    steps_per_run: int = _help("Steps per exploration run.", 8)
+    steps_per_run: int = _help("Steps per exploration run (room for a task of several turns).", 14)
     explorer: str = _help("Explorer plug-in of round 0 (the same for every ablation of later rounds).", "rule")
 
     def validate(self) -> None:
@@ -328,7 +328,11 @@ class SynthConfig:
 @dataclass
 class AbstractConfig:
     abstractor: str = _help("Abstractor plug-in: 'template' or 'llm'.", "template")
-    max_turns: int = _help("Most turns of a synthesized task (2 keeps CPU training sequences short).", 2)
+    max_turns: int = _help(
+        "Most turns of a synthesized task (BFCL-V3's multi-turn entries have 3.7 on average; more turns make "
+        "longer training sequences).",
+        4,
+    )
     base_url: str = _help("OpenAI-compatible endpoint of the 'llm' abstractor.", "")
     model: str = _help("Model name for the 'llm' abstractor.", "")
     api_key_env: str = _help("Environment variable holding the abstractor endpoint's key.", "OPENAI_API_KEY")

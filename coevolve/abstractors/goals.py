@@ -17,6 +17,7 @@ Functions without an entry fall back to the doc's own description (``fallback_go
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +99,7 @@ GOALS: dict[str, Goal] = {
     "get_message_stats": G("answer", "show me my messaging statistics"),
     "get_user_id": G("answer", "look up the user id of {user}"),
     "list_users": G("answer", "list every messaging user"),
-    "message_get_login_status": G("read", "check whether I am logged in to messaging"),
+    "message_get_login_status": G("answer", "check whether I am logged in to messaging"),
     "message_login": G("do", "log in to messaging as user {user_id}"),
     "search_messages": G("answer", "find my messages that mention {keyword}"),
     "send_message": G("do", "send {message} to user {receiver_id}"),
@@ -120,7 +121,7 @@ GOALS: dict[str, Goal] = {
         "post a tweet saying {content} mentioning {mentions}",
         "post a tweet saying {content}",
     ),
-    "posting_get_login_status": G("read", "check whether I am logged in to Twitter"),
+    "posting_get_login_status": G("answer", "check whether I am logged in to Twitter"),
     "retweet": G("do", "retweet tweet {tweet_id}"),
     "search_tweets": G("answer", "find tweets that mention {keyword}"),
     "unfollow_user": G("do", "unfollow {username_to_unfollow}"),
@@ -138,7 +139,7 @@ GOALS: dict[str, Goal] = {
     "get_user_tickets": G("answer", "list my tickets with status {status}", "list my tickets"),
     "logout": G("do", "log out of the ticket system"),
     "resolve_ticket": G("do", "resolve ticket {ticket_id} with the resolution {resolution}"),
-    "ticket_get_login_status": G("read", "check whether I am logged in to the ticket system"),
+    "ticket_get_login_status": G("answer", "check whether I am logged in to the ticket system"),
     "ticket_login": G("do", "log in to the ticket system as {username} with password {password}"),
     # ------------------------------------------------------------ TradingBot
     "add_to_watchlist": G("do", "add {stock} to my watchlist"),
@@ -164,7 +165,7 @@ GOALS: dict[str, Goal] = {
     "notify_price_change": G("answer", "tell me which of {stocks} moved by at least {threshold}%"),
     "place_order": G("do", "place a {order_type} order for {amount} shares of {symbol} at {price}"),
     "remove_stock_from_watchlist": G("do", "remove {symbol} from my watchlist"),
-    "trading_get_login_status": G("read", "check whether I am logged in to trading"),
+    "trading_get_login_status": G("answer", "check whether I am logged in to trading"),
     "trading_login": G("do", "log in to trading as {username} with password {password}"),
     "trading_logout": G("do", "log out of trading"),
     "update_market_status": G("answer", "tell me whether the market is open at {current_time_str}"),
@@ -208,7 +209,7 @@ GOALS: dict[str, Goal] = {
         "show me my invoice (access token {access_token})",
     ),
     "set_budget_limit": G("do", "set my travel budget to {budget_limit} (access token {access_token})"),
-    "travel_get_login_status": G("read", "check whether I am logged in to the travel service"),
+    "travel_get_login_status": G("answer", "check whether I am logged in to the travel service"),
     "verify_traveler_information": G(
         "answer", "verify the traveler {first_name} {last_name}, born {date_of_birth}, passport {passport_number}"
     ),
@@ -222,7 +223,7 @@ GOALS: dict[str, Goal] = {
     ),
     "check_tire_pressure": G("answer", "check the tire pressure"),
     "displayCarStatus": G("answer", "show me the car's {option} status"),
-    "display_log": G("answer", "show the log messages {messages}"),
+    "display_log": G("do", "show {messages} on the car's display", "put {messages} up on the dashboard screen"),
     "estimate_distance": G("answer", "estimate the distance between {cityA} and {cityB}"),
     "estimate_drive_feasibility_by_mileage": G("answer", "tell me whether the car can drive {distance} miles"),
     "fillFuelTank": G("do", "add {fuelAmount} gallons of fuel"),
@@ -245,6 +246,26 @@ GOALS: dict[str, Goal] = {
     "set_navigation": G("do", "navigate to {destination}"),
     "startEngine": G("do", "{ignitionMode} the engine", ignitionMode={"START": "start", "STOP": "stop"}),
 }
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def goal_for(name: str, doc: dict[str, Any] | None) -> Goal | None:
+    """The environment's own goal of ``name`` (a doc's ``goal`` entry), else ``GOALS``'s, or None."""
+    own = doc.get("goal") if doc else None
+    if isinstance(own, dict) and own.get("texts"):
+        return Goal(str(own.get("kind", "do")), tuple(own["texts"]), dict(own.get("values", {})))
+    return GOALS.get(name)
+
+
+def mentioned_params(name: str, doc: dict[str, Any] | None) -> set[str] | None:
+    """The parameters some goal text of ``name`` can say, or None when it has no template
+    (then nothing limits which parameters a call fills)."""
+    goal = goal_for(name, doc)
+    if goal is None:
+        return None
+    return {p for text in goal.texts for p in _PLACEHOLDER.findall(text)}
 
 
 def fallback_goal(description: str) -> Goal:

@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from coevolve.abstractors.base import Call, Run, describe, split_turns
 from coevolve.abstractors.goals import GOALS, Goal, fallback_goal
 from coevolve.config import RunConfig
 from coevolve.envs.base import Environment, ToolCall
-from coevolve.explorers.base import observed_error
+from coevolve.explorers.base import observed_error, result_data
 from coevolve.registry import register, resolve
+from coevolve.roles import RoleTable, ValuePool, param_roles
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _BARE = re.compile(r"[\w.\-/@:+]+")
@@ -87,20 +89,22 @@ def _key(call: Call) -> str:
 def select(effects: list[Effect], docs: dict[str, dict[str, Any]], start_state: str) -> list[Effect]:
     """The calls a task needs (see the module docstring, step 2)."""
     kept: list[Effect] = []
-    changes = 0
+    changes = answers = 0
     answered: dict[str, int] = {}  # call -> number of state changes when it was last kept
     for i, e in enumerate(effects):
         kind = goal_of(e.call["name"], docs.get(e.call["name"], {})).kind
+        feeds = _feeds_later(e, effects[i + 1 :], start_state)
         if e.changed:
             changes += 1
             kept.append(e)
-        elif kind == "answer":
+        elif feeds:
+            kept.append(e)
+        elif kind == "answer" and answers <= changes:  # questions stay a minority of a task's requests
             key = _key(e.call)
             if answered.get(key) != changes:
                 answered[key] = changes
+                answers += 1
                 kept.append(e)
-        elif _feeds_later(e, effects[i + 1 :], start_state):
-            kept.append(e)
     return kept
 
 
@@ -132,20 +136,34 @@ def render(value: Any, names: dict[Any, str] | None = None) -> str:
     return json.dumps(value)
 
 
-def clause(call: Call, doc: dict[str, Any]) -> str:
-    """One call as a request: "create a folder named temp"; values no template mentions are
-    stated after it, so that the instruction holds every value the call needs."""
+def clause(call: Call, doc: dict[str, Any], say: Callable[[str, Any], str] | None = None, rng: Any = None) -> str:
+    """One call as a request: "create a folder named temp". Of the goal's texts that say every
+    argument of the call, one (``rng``: any of them, else the most specific); an argument no
+    text says is stated after it the way a user would ("with priority 3"). ``say(param,
+    value)`` renders a value (default ``render``): the abstractor uses it for references to
+    earlier turns ("the file you just created") and names a user would use ("Tesla")."""
     goal = goal_of(call["name"], doc)
     args = call.get("arguments") or {}
-    text = next((t for t in goal.texts if set(_PLACEHOLDER.findall(t)) <= set(args)), goal.texts[-1])
+    fitting = [t for t in goal.texts if set(_PLACEHOLDER.findall(t)) <= set(args)] or [goal.texts[-1]]
+    covering = [t for t in fitting if set(args) <= set(_PLACEHOLDER.findall(t))] or fitting[:1]
+    text = rng.choice(covering) if rng is not None else covering[0]
     used = set(_PLACEHOLDER.findall(text))
-    filled = _PLACEHOLDER.sub(
-        lambda m: render(args[m.group(1)], goal.values.get(m.group(1))) if m.group(1) in args else m.group(0), text
-    )
+
+    def value(name: str) -> str:
+        if say is not None:
+            return say(name, args[name])
+        return render(args[name], goal.values.get(name))
+
+    filled = _PLACEHOLDER.sub(lambda m: value(m.group(1)) if m.group(1) in args else m.group(0), text)
     rest = [k for k in args if k not in used]
     if rest:
-        filled += " (" + ", ".join(f"{k}: {render(args[k])}" for k in rest) + ")"
+        filled += " with " + " and ".join(f"{_words(k)} {value(k)}" for k in rest)
     return filled
+
+
+def _words(name: str) -> str:
+    """A parameter's name as words: ``fanSpeed`` -> "fan speed", ``human_readable`` -> "human readable"."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name).replace("_", " ").lower()
 
 
 def _related(e: Effect, goal: list[Effect]) -> bool:
@@ -176,15 +194,133 @@ def group_goals(kept: list[Effect], docs: dict[str, dict[str, Any]]) -> list[lis
     return goals
 
 
-def sentence(goal: list[Effect], docs: dict[str, dict[str, Any]]) -> str:
-    parts = [clause(e.call, docs.get(e.call["name"], {})) for e in goal]
+def sentence(
+    goal: list[Effect], docs: dict[str, dict[str, Any]], speaker: Speaker | None = None, rng: Any = None
+) -> str:
+    parts: list[str] = []
+    for e in goal:
+        if speaker is not None:
+            speaker.before(e.call)
+        parts.append(clause(e.call, docs.get(e.call["name"], {}), speaker.say if speaker else None, rng))
+        if speaker is not None:
+            speaker.after(e)
     text = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return text[:1].upper() + text[1:] + "."
+    return text[:1].upper() + text[1:].rstrip(".") + "."
 
 
-def turn_text(goals: list[list[Effect]], docs: dict[str, dict[str, Any]]) -> str:
-    sentences = [sentence(g, docs) for g in goals]
-    return " ".join([sentences[0], *("Then " + s[:1].lower() + s[1:] for s in sentences[1:])])
+# How a request opens: several phrasings of one goal (picked per task, reproducibly)
+_OPENERS = ("{}.", "Please {}.", "Could you {}?", "I need you to {}.", "Can you {}?", "I'd like you to {}.")
+_JOINERS = ("After that, {}", "Also, {}", "Once that's done, {}", "Next, {}")
+
+
+def turn_text(
+    goals: list[list[Effect]], docs: dict[str, dict[str, Any]], speaker: Speaker | None = None, rng: Any = None
+) -> str:
+    """A turn's request: its goals as sentences, the later ones opened as a person would."""
+    out = []
+    for i, g in enumerate(goals):
+        body = sentence(g, docs, speaker, rng)[:-1]
+        body = body[:1].lower() + body[1:]
+        if i == 0:
+            opener = rng.choice(_OPENERS) if rng is not None else "{}."
+            text = opener.format(body)
+        else:
+            joiner = rng.choice(_JOINERS) if rng is not None else "Also, {}"
+            text = joiner.format(body) + "."
+        out.append(text[:1].upper() + text[1:])
+    return " ".join(out)
+
+
+# What a value of a role is called when a later turn refers back to it
+NOUNS = {
+    "file": "file",
+    "dir": "folder",
+    "order_id": "order",
+    "ticket_id": "ticket",
+    "tweet_id": "tweet",
+    "booking_id": "booking",
+    "user_id": "user",
+    "card_id": "card",
+    "insurance_id": "insurance",
+    "message_id": "message",
+    "zipcode": "zip code",
+    "airport": "airport",
+    "event_id": "event",
+    "email_id": "email",
+    "file_id": "file",
+}
+
+
+class Speaker:
+    """How a task's values read, turn by turn: a value an earlier turn created or got back is
+    referred to ("the folder you just created", "that order") when it is the only one of its
+    role so far; a value the environment names otherwise (a stock symbol as its company, where
+    the task can map the name) is said that way; anything else is said as it is."""
+
+    def __init__(self, env: Environment, docs: dict[str, dict[str, Any]], start_state: str, rng: Any) -> None:
+        self.table = env.value_roles() if hasattr(env, "value_roles") else RoleTable()
+        self.roles = {name: {p.name: p.role for p in param_roles(doc, self.table)} for name, doc in docs.items()}
+        offered = {r for by_param in self.roles.values() for r in by_param.values()}
+        self.aliases = {
+            role: names for role, names in self.table.aliases.items() if self.table.alias_via.get(role) in offered
+        }
+        self.start_state = start_state
+        self.docs = docs
+        self.env = env
+        self.rng = rng
+        self.earlier: dict[str, tuple[str, str]] = {}  # value key -> (role, "created" | "returned"), earlier turns
+        self.this_turn: dict[str, tuple[str, str]] = {}
+        self.call: Call = {}
+
+    @staticmethod
+    def _k(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, default=str)
+
+    def say(self, param: str, value: Any) -> str:
+        name = self.call.get("name", "")
+        role = self.roles.get(name, {}).get(param, "")
+        goal = goal_of(name, self.docs.get(name, {}))
+        k = self._k(value)
+        noun = NOUNS.get(role)
+        if noun and not isinstance(value, (list, dict, bool)):
+            for seen, recent in ((self.earlier, "just"), (self.this_turn, "")):
+                if k in seen and sum(1 for r, _ in seen.values() if r == role) == 1:
+                    how = seen[k][1]
+                    if seen is self.earlier and how == "created":
+                        return f"the {noun} you just created"
+                    return f"that {noun}"
+        names = self.aliases.get(role)
+        if names and not isinstance(value, (list, dict)) and value in names and self.rng.random() < 0.6:
+            return names[value]
+        return render(value, goal.values.get(param))
+
+    def before(self, call: Call) -> None:
+        self.call = call
+
+    def after(self, effect: Effect) -> None:
+        """Remember what this call created (arguments of a change) and returned (its result)."""
+        by_param = self.roles.get(effect.call["name"], {})
+        for param, value in (effect.call.get("arguments") or {}).items():
+            role = by_param.get(param, "")
+            if effect.changed and role in NOUNS and not isinstance(value, (list, dict, bool)):
+                self._remember(role, value, "created")
+        data = result_data(self.env, effect.observation)
+        if isinstance(data, (dict, list)):
+            pool = ValuePool(self.table)
+            pool.harvest(data, "result", function=effect.call["name"])
+            for role, value in pool.fresh:
+                if role in NOUNS:
+                    self._remember(role, value, "returned")
+
+    def _remember(self, role: str, value: Any, how: str) -> None:
+        k = self._k(value)
+        if isinstance(value, (list, dict, bool)) or k in self.start_state or k in self.earlier:
+            return
+        self.this_turn.setdefault(k, (role, how))
+
+    def end_turn(self) -> None:
+        self.earlier.update(self.this_turn)
+        self.this_turn = {}
 
 
 @register("abstractor", "template")
@@ -209,7 +345,12 @@ class TemplateAbstractor:
                 continue
             goals = group_goals(kept, run.docs)
             turns = split_turns(goals, self.max_turns)  # adjacent goals merge past max_turns
-            texts = [turn_text(t, run.docs) for t in turns]
             reference = [[e.call for g in t for e in g] for t in turns]
+            rng = random.Random(json.dumps(reference, sort_keys=True, default=str))  # phrasing: per task, reproducible
+            speaker = Speaker(self.env, run.docs, state, rng)
+            texts = []
+            for t in turns:
+                texts.append(turn_text(t, run.docs, speaker, rng))
+                speaker.end_turn()
             out.append((texts, reference))
         return out
