@@ -41,6 +41,7 @@ _ENUM = re.compile(r"\[Enum\]:\s*(\[[^\]]*\]|[^.\n]*)")
 _EXAMPLE = re.compile(r"e\.g\.,?\s*'([^']+)'")
 _TOKENS = re.compile(r"[_\W]+|(?<=[a-z])(?=[A-Z])")
 _MAX_PER_ROLE = 60
+_OWN_WORDS = {"text", "title"}  # roles whose values a user writes: never taken from a backend's reply
 
 # Values no user would write: a parameter's name with a number ("city 72", "name 14"), the
 # explorer's old placeholders ("item_36", "notes_12.txt", "folder_3"), bare schema words.
@@ -309,6 +310,8 @@ class ValuePool:
             self._add(key_role(key, self.table, function), obj, kind)
 
     def _add(self, role: str, value: Any, kind: str) -> None:
+        if kind == "result" and role in _OWN_WORDS:
+            return  # a backend's status text ("Message sent to USR008") is no message a user writes
         self.add(role, value, kind)
         if kind == "result":
             self.fresh.append((role, value))

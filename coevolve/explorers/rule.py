@@ -108,7 +108,8 @@ class RuleExplorer:
             else:
                 args = self.fill(s, choice)
                 call = ToolCall(choice, args) if args is not None else None
-            repeat = call is not None and _key(call) in mem["done"] and s.rng.random() < 0.85
+            # a call that already succeeded is not made again (asking twice asks nothing new), but moving is
+            repeat = call is not None and _key(call) in mem["done"] and mem["kinds"].get(call.name) != "nav"
             if call is not None and _key(call) not in mem["failed"] and not repeat:
                 return call
             name = choice.name if isinstance(choice, ToolCall) else choice
