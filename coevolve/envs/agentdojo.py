@@ -21,6 +21,10 @@ into ``Function`` objects with a pydantic input schema).
   arguments that are not a JSON object or do not validate against the function's input
   schema, and exceptions raised by the function all come back as ``Observation(error=...)``;
   nothing is ``eval``-ed. Results are rendered as AgentDojo renders them for a model (YAML).
+- **Results as data**: ``env.result_data(content, function)`` reads a rendering back (YAML,
+  Python literals, the travel listings) for harvesting values; ``env.observation_error``
+  counts the failures tools *return* (an empty result, ``404 Not Found``) as errors too; what
+  each parameter and state value is: ``agentdojo_roles`` (``env.value_roles()``).
 - **Scoring**: a user task (``initial_state["user_task"]``) is scored by that task's own
   check, exactly as ``TaskSuite`` does it: ``utility_from_traces`` where the task defines it,
   else ``utility(model_output, pre_environment, post_environment)``; the model output is the
@@ -36,6 +40,7 @@ into ``Function`` objects with a pydantic input schema).
 
 from __future__ import annotations
 
+import ast
 import copy
 import datetime
 import hashlib
@@ -48,9 +53,12 @@ from typing import Any
 
 from coevolve import reward as rewards
 from coevolve.envs.agentdojo_goals import GOALS, goal_doc
+from coevolve.envs.agentdojo_roles import TABLE as ROLE_TABLE
+from coevolve.envs.agentdojo_roles import entities, listing_view, present, result_view
 from coevolve.envs.base import EnvironmentBase, EpisodeScore, Observation, ToolCall
 from coevolve.policy.prompts import render_tools
 from coevolve.registry import register
+from coevolve.roles import RoleTable
 from coevolve.safety import ActionRole, SafetyProfile
 from coevolve.tasks import Task
 
@@ -141,39 +149,6 @@ def tool_docs(suite: str) -> list[dict[str, Any]]:
     return copy.deepcopy(list(_suite_docs(suite)))
 
 
-def _names(items: Any) -> list[str]:
-    return [str(i["name"]) for i in items or [] if isinstance(i, dict) and "name" in i]
-
-
-def _groups(names: list[str], size: int = 3) -> list[Any]:
-    """The names one by one and in short lists (for the tools that take a list of names)."""
-    return [*names, *(names[i : i + size] for i in range(0, len(names), size))]
-
-
-def entity_values(env: dict[str, Any]) -> dict[str, list[Any]]:
-    """A suite environment's entities keyed by the tool parameters that name them."""
-    slack = env.get("slack") or {}
-    hotels = _names((env.get("hotels") or {}).get("hotel_list"))
-    restaurants = _names((env.get("restaurants") or {}).get("restaurant_list"))
-    companies = _names((env.get("car_rental") or {}).get("company_list"))
-    out: dict[str, list[Any]] = {
-        "channel": list(slack.get("channels", [])),
-        "user": list(slack.get("users", [])),
-        "hotel": hotels,
-        "hotel_name": hotels,
-        "hotel_names": _groups(hotels),
-        "restaurant": restaurants,
-        "restaurant_names": _groups(restaurants),
-        "company": companies,
-        "company_name": _groups(companies),
-        "email_id": list((env.get("inbox") or {}).get("emails", {})),
-        "event_id": list((env.get("calendar") or {}).get("events", {})),
-        "file_id": list((env.get("cloud_drive") or {}).get("files", {})),
-        "file_path": list((env.get("filesystem") or {}).get("files", {})),
-    }
-    return {k: v for k, v in out.items() if v}
-
-
 def _clock_free(obj: Any, opened: datetime.datetime) -> Any:
     """``obj`` (a model dump) with clock stamps (datetimes at or after ``opened``: a sent
     email's timestamp, a file's last_modified) replaced by a marker, so two runs of the same
@@ -200,6 +175,62 @@ def _render(result: Any) -> str:
     from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
 
     return tool_result_to_str(result)
+
+
+# A clock-masked datetime that opens a YAML scalar ("timestamp: @clock"): '@' cannot start one
+_CLOCK_SCALAR = re.compile(r"(?m)^([ \t]*(?:- )*(?:[^\s'\"#-][^:\n]*: )?)@clock[ \t]*$")
+
+
+def _plain(obj: Any) -> Any:
+    """Parsed YAML or Python literals as JSON data: dates and datetimes as text, tuples as lists."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, datetime.datetime):
+        return obj.isoformat(sep=" ")
+    if isinstance(obj, datetime.date):
+        return obj.isoformat()
+    return obj
+
+
+def parse_result(content: str) -> Any:
+    """A rendered result (``_render``) read back as JSON data, or None for nothing or an error.
+
+    ``_render`` writes pydantic models and lists as YAML, dicts and plain values with ``str``
+    (``{'message': 'Transaction to ... sent.'}``, ``1810.0``, ``None``); text that is neither
+    YAML nor a Python literal comes back as the text."""
+    text = content.strip() if isinstance(content, str) else ""
+    if not text or text == "None" or text.startswith("Error: "):
+        return None
+    if text[0] in "{[(":
+        try:
+            return _plain(ast.literal_eval(text))  # literals only: nothing is evaluated
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            pass
+    import yaml
+
+    try:
+        return _plain(yaml.safe_load(_CLOCK_SCALAR.sub(r"\1'@clock'", text)))
+    except yaml.YAMLError:
+        return text
+
+
+_NOTHING = {"": "nothing found", "[]": "nothing found", "{}": "nothing found", "404 Not Found": "404 Not Found"}
+_EMPTY_LISTING = re.compile(r"(Hotel Names|Restaurant in .*|Car Rental Companies in .*):")
+
+
+def returned_failure(content: str) -> str | None:
+    """The failure an AgentDojo tool *returned* instead of raising, or None: an empty result
+    (a file path ``read_file`` does not have, a city pair without flights, a filename no file
+    has, a day without events, names no hotel has: ``""``, ``[]``, ``{}``), a web page that is
+    not there (``404 Not Found``), a city without the places asked for (``Hotel Names: ``)."""
+    text = content.strip() if isinstance(content, str) else ""
+    if text in _NOTHING:
+        return _NOTHING[text]
+    if _EMPTY_LISTING.fullmatch(text):
+        return f"{text} nothing found"
+    return None
 
 
 class _Runner:
@@ -408,12 +439,7 @@ def _known(state: dict[str, Any]) -> Any:
 
 def _present(state: dict[str, Any]) -> str | None:
     """The start state's today: the calendar's current day, else the latest past transaction."""
-    env = state.get("environment", {})
-    day = (env.get("calendar") or {}).get("current_day")
-    if day:
-        return str(day)[:10]
-    done = [str(t.get("date", ""))[:10] for t in (env.get("bank_account") or {}).get("transactions", [])]
-    return max(done) if done else None
+    return present(state.get("environment", {}))
 
 
 @register("environment", NAME)
@@ -495,10 +521,32 @@ class AgentDojoEnvironment(EnvironmentBase):
         return docs
 
     def state_data(self, initial_state: dict[str, Any]) -> Any:
-        """The suite environment, plus its entities under the parameter names the tools take
-        them by (``channel``, ``hotel_names``, ``email_id``, ...): what explorers fill arguments from."""
+        """The suite environment, plus its values by role under ``"@entities"``
+        (``agentdojo_roles.entities``: ``{"@iban": [...], "@file_id": [...], ...}``): what
+        explorers and the quality gate harvest values from (``value_roles`` reads the keys)."""
         env = initial_state.get("environment", {})
-        return {**env, "@entities": entity_values(env)}
+        return {**env, "@entities": entities(env)}
+
+    def value_roles(self) -> RoleTable:
+        return ROLE_TABLE
+
+    def result_data(self, content: str, function: str = "") -> Any:
+        """A call's result (an observation's content) as JSON data for harvesting, or None for
+        nothing or an error: a travel listing as its names (``{"@hotel": [...]}``), else
+        AgentDojo's YAML and Python-literal renderings read back (``parse_result``) through
+        ``agentdojo_roles.result_view``: the bank's ``"me"`` party dropped, and with ``function``
+        a bare result (``get_channels``' list) or a name-keyed one (``get_hotels_prices``) under
+        its role's ``"@<role>"`` key."""
+        listing = listing_view(content)
+        return listing if listing is not None else result_view(parse_result(content), function)
+
+    def observation_error(self, obs: Observation) -> str | None:
+        """``obs.error`` (unknown function, invalid arguments, a raised error: "Email with ID
+        '9' not found", "No events found"), or the failure a tool *returned*
+        (``returned_failure``: an empty result, ``404 Not Found``, a city with no hotels)."""
+        if obs.error:
+            return obs.error
+        return returned_failure(obs.content)
 
     def safety_profile(self) -> SafetyProfile:
         return SafetyProfile(roles=ROLES, known=_known, present=_present)
