@@ -38,7 +38,7 @@ def rule_of(problem: str) -> str:
 
 def harvest_result(env: Environment, pool: ValuePool, content: Any, function: str) -> None:
     """Record the values of a call's result under their roles (``explorers.base.result_data``)."""
-    doc = result_data(env, content) if isinstance(content, str) else content
+    doc = result_data(env, content, function) if isinstance(content, str) else content
     if isinstance(doc, (dict, list)):
         pool.harvest(doc, "result", function=function)
 

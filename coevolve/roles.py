@@ -62,7 +62,8 @@ def is_filler(value: Any) -> bool:
 
 
 def tokens(name: str) -> list[str]:
-    return [t for t in _TOKENS.split(name.lower()) if t]
+    """Lower-case words of a name or a text: ``pressBrakePedal`` -> press, brake, pedal."""
+    return [t.lower() for t in _TOKENS.split(name) if t]
 
 
 # ----------------------------------------------------------------------------- the table
@@ -263,10 +264,13 @@ class ValuePool:
         return role + "\x00" + json.dumps(value, sort_keys=True, default=str)
 
     def add(self, role: str, value: Any, kind: str) -> None:
-        if value is None or value == "" or isinstance(value, dict):
+        if value is None or value in ("", "None", "null") or isinstance(value, dict):
             return
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0 and kind != "arg":
-            return  # an empty tank or a zero count is no quantity a user asks about
+            if not role.endswith("_id"):
+                return  # an empty tank or a zero count is no quantity a user asks about (id 0 is an id)
+        if isinstance(value, str) and value.isdigit() and role.endswith("_id") and len(value) < 18:
+            self.add(role, int(value), kind)  # an id as a dict key ("0": {...}) is also the number
         if isinstance(value, str) and (len(value) > 200 or is_filler(value)):
             return
         fmt = self.table.formats.get(role)

@@ -15,8 +15,10 @@ From the run's successful calls to a task, in four steps:
    related things (``mkdir temp`` then ``mv report.pdf temp`` share ``temp``); each goal reads
    as one instruction from its functions' templates: "Go into document, create a folder
    named temp and move final_report.pdf to temp.";
-4. **turns**: one turn per goal, adjacent goals merged when there are more than
-   ``abstract.max_turns``.
+4. **turns**: one turn per goal; past ``abstract.max_turns``, adjacent goals on the same backend
+   merge, and a last goal of another backend the task has no room for is dropped. Values
+   read as a user says them (``Speaker``): "the folder you just created", "that order", a
+   company for its stock symbol; several phrasings of each request.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from coevolve.abstractors.base import Call, Run, describe, split_turns
+from coevolve.abstractors.base import Call, Run, describe
 from coevolve.abstractors.goals import GOALS, Goal, fallback_goal
 from coevolve.config import RunConfig
 from coevolve.envs.base import Environment, ToolCall
@@ -208,6 +210,33 @@ def sentence(
     return text[:1].upper() + text[1:].rstrip(".") + "."
 
 
+def _domain(goal: list[Effect], docs: dict[str, dict[str, Any]]) -> set[str]:
+    """The backends a goal acts on: the part of a doc's description before "Tool description:"
+    (BFCL names the class there); one domain for environments that have no such prefix."""
+    out = set()
+    for e in goal:
+        text = (docs.get(e.call["name"]) or {}).get("description", "") or ""
+        out.add(text.split("Tool description:", 1)[0].strip() if "Tool description:" in text else "")
+    return out
+
+
+def coherent_turns(
+    goals: list[list[Effect]], docs: dict[str, dict[str, Any]], max_turns: int
+) -> list[list[list[Effect]]]:
+    """One goal per turn; past ``max_turns``, the smallest adjacent pair of turns on the same
+    backend merges (a person asks for related things together), and when no such pair is left
+    the last goal is dropped (a prefix of the run still replays: nothing later depends on it)."""
+    turns = [[g] for g in goals]
+    while len(turns) > max(1, max_turns):
+        same = [i for i in range(len(turns) - 1) if len(_domain(sum(turns[i] + turns[i + 1], []), docs)) == 1]
+        if same:
+            i = min(same, key=lambda i: sum(len(g) for g in turns[i] + turns[i + 1]))
+            turns[i : i + 2] = [turns[i] + turns[i + 1]]
+        else:
+            turns.pop()
+    return turns
+
+
 # How a request opens: several phrasings of one goal (picked per task, reproducibly)
 _OPENERS = ("{}.", "Please {}.", "Could you {}?", "I need you to {}.", "Can you {}?", "I'd like you to {}.")
 _JOINERS = ("After that, {}", "Also, {}", "Once that's done, {}", "Next, {}")
@@ -304,7 +333,7 @@ class Speaker:
             role = by_param.get(param, "")
             if effect.changed and role in NOUNS and not isinstance(value, (list, dict, bool)):
                 self._remember(role, value, "created")
-        data = result_data(self.env, effect.observation)
+        data = result_data(self.env, effect.observation, effect.call["name"])
         if isinstance(data, (dict, list)):
             pool = ValuePool(self.table)
             pool.harvest(data, "result", function=effect.call["name"])
@@ -344,7 +373,7 @@ class TemplateAbstractor:
                 out.append("useless run: no call changed the state or produced an answer")
                 continue
             goals = group_goals(kept, run.docs)
-            turns = split_turns(goals, self.max_turns)  # adjacent goals merge past max_turns
+            turns = coherent_turns(goals, run.docs, self.max_turns)
             reference = [[e.call for g in t for e in g] for t in turns]
             rng = random.Random(json.dumps(reference, sort_keys=True, default=str))  # phrasing: per task, reproducible
             speaker = Speaker(self.env, run.docs, state, rng)

@@ -430,7 +430,7 @@ class BfclEnvironment(EnvironmentBase):
     def value_roles(self) -> RoleTable:
         return ROLE_TABLE
 
-    def result_data(self, content: str) -> Any:
+    def result_data(self, content: str, function: str = "") -> Any:
         """A call's result as data: BFCL renders dicts as JSON and everything else with
         ``str()`` (a list of airports is a Python literal), read back with ``ast.literal_eval``
         (literals only, never evaluated as code); None for plain text."""

@@ -48,13 +48,13 @@ def observed_error(obs: Observation, env: Environment | None = None) -> str | No
     return obs.error
 
 
-def result_data(env: Environment | None, content: str) -> Any:
+def result_data(env: Environment | None, content: str, function: str = "") -> Any:
     """A call's result as data (a dict, list or scalar), for harvesting its values: the
-    environment's own reading (``result_data``: AgentDojo's YAML) where it has one, else JSON;
-    None when the text is neither."""
+    environment's own reading (``result_data(content, function)``: BFCL's Python literals,
+    AgentDojo's YAML) where it has one, else JSON; None when the text is neither."""
     reader = getattr(env, "result_data", None)
     if reader is not None:
-        return reader(content)
+        return reader(content, function)
     try:
         return json.loads(content)
     except (json.JSONDecodeError, TypeError):

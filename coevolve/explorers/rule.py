@@ -143,6 +143,7 @@ class RuleExplorer:
         mem["pool"], mem["params"], mem["refs"] = pool, params, refs
         mem["bad"] = defaultdict(set)  # (function, parameter) -> banned values (JSON)
         mem["failed"] = set()
+        mem["retried"] = set()  # failed calls already sent again after their precondition
         mem["done"] = set()  # calls that succeeded: sent again only now and then (a second cd is a move)
         mem["unfillable"] = set()
         mem["tools"] = [t for t in s.docs if t not in ctx.avoid and (not ctx.task.tools or t in ctx.task.tools)]
@@ -159,7 +160,7 @@ class RuleExplorer:
     def _observe(self, s: Session, last: Any) -> None:
         mem = s.memory
         pool: ValuePool = mem["pool"]
-        mem["retry"] = None
+        mem["retry"] = mem.pop("after_prereq", None)  # set while a precondition's call was made
         mem["unfillable"] = set()
         if last.name is not None:
             mem["tries"][last.name] += 1
@@ -167,7 +168,7 @@ class RuleExplorer:
         if last.error is None:
             mem["reached"].add(last.name)
             mem["done"].add(_key(last))
-            data = result_data(s.env, last.observation)
+            data = result_data(s.env, last.observation, last.name or "")
             if isinstance(data, (dict, list)):
                 pool.harvest(data, "result", function=last.name or "")
             else:
@@ -180,18 +181,22 @@ class RuleExplorer:
             if pattern and mem["pattern_cursor"] < len(pattern) and last.name == pattern[mem["pattern_cursor"]]:
                 mem["pattern_cursor"] += 1
         elif last.name is not None:
-            mem["failed"].add(_key(last))
+            key = _key(last)
+            prereq = self._precondition(s, last)
+            if prereq and key not in mem["retried"] and s.rng.random() < self.p_prereq:
+                # the state was not ready ("press the brake pedal first"): that function, then the same call
+                mem["prereq"] = prereq
+                mem["after_prereq"] = ToolCall(last.name, dict(last.arguments))
+                mem["retried"].add(key)
+                return
+            mem["failed"].add(key)
             # ban only the values the error names
             for k, v in last.arguments.items():
                 for item in v if isinstance(v, list) else [v]:
                     text = str(item)
                     if len(text) >= 2 and text in (last.error or "") + (last.observation or ""):
                         mem["bad"][(last.name, k)].add(_j(item))
-            prereq = self._precondition(s, last)
-            if prereq and s.rng.random() < self.p_prereq:
-                mem["prereq"] = prereq
-                mem["retry"] = last.name
-            elif s.rng.random() < self.p_retry:
+            if s.rng.random() < self.p_retry:
                 mem["retry"] = last.name
 
     def _precondition(self, s: Session, last: Any) -> str | None:
