@@ -312,10 +312,9 @@ class Speaker:
         k = self._k(value)
         noun = NOUNS.get(role)
         if noun and not isinstance(value, (list, dict, bool)):
-            for seen, recent in ((self.earlier, "just"), (self.this_turn, "")):
+            for seen in (self.earlier, self.this_turn):
                 if k in seen and sum(1 for r, _ in seen.values() if r == role) == 1:
-                    how = seen[k][1]
-                    if seen is self.earlier and how == "created":
+                    if seen is self.earlier and seen[k][1] == "created":
                         return f"the {noun} you just created"
                     return f"that {noun}"
         names = self.aliases.get(role)
