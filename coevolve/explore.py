@@ -11,7 +11,8 @@ For every signal of the round, one **context** says where to explore and what to
 A round explores at most ``explore.contexts`` contexts. When fewer than ``explore.min_contexts``
 signal contexts exist (a cold start), the rest of that budget goes to **coverage contexts**
 (``signal_type = 'fallback'``): pool tasks' start states, with focus tools that together
-reach every tool of the task. Round 0 (``coevolve.synth``) explores coverage contexts on
+reach every tool of the task, led by what the policy itself called on that task in the
+round's training (its attempt is the context's evidence). Round 0 (``coevolve.synth``) explores coverage contexts on
 training-scenario states the same way (``signal_type = 'static'``). The ``random`` explorer
 (the ablation baseline) gets exactly as many contexts as the signal-guided one would, on
 uniformly drawn pool tasks, with the same runs, steps, state access and retry logic.
@@ -197,17 +198,23 @@ def coverage_contexts(
 
 
 def budgeted_contexts(
-    guided: list[ExploreContext], pool: list[Task], cfg: RunConfig, round: int, avoid: frozenset[str]
+    guided: list[ExploreContext],
+    pool: list[Task],
+    cfg: RunConfig,
+    round: int,
+    avoid: frozenset[str],
+    prefer: frozenset[str] = frozenset(),
 ) -> list[ExploreContext]:
     """The round's contexts under the budget: signal contexts up to ``explore.contexts``, and
     when fewer than ``explore.min_contexts`` of them exist, coverage ('fallback') contexts on
-    pool tasks for the rest of the budget."""
+    pool tasks for the rest of the budget (those in ``prefer`` first: tasks the policy attempted)."""
     e = cfg.explore
     chosen = guided[: e.contexts]
     if len(chosen) < e.min_contexts and pool:
         rng = random.Random(f"{cfg.seed}/fallback-contexts/{round}")
         order = list(pool)
         rng.shuffle(order)
+        order.sort(key=lambda t: t.task_id not in prefer)  # tasks the policy attempted this round first
         chosen += coverage_contexts(order, e.contexts - len(chosen), rng, avoid, "fallback")
     return chosen
 
@@ -280,18 +287,72 @@ def make_explorer(cfg: RunConfig, name: str | None = None) -> Explorer:
     return resolve("explorer", name or cfg.explore.explorer)(cfg)
 
 
+def policy_attempts(store: Store, run_id: str, round: int, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The policy's own training episode of each of ``task_ids`` in the round (the first by
+    episode id), as evidence steps in order; tasks it did not attempt are absent."""
+    if not task_ids:
+        return {}
+    rows = store.read(
+        "rollouts",
+        filter=(ds.field("run_id") == run_id)
+        & (ds.field("round") == round)
+        & (ds.field("phase") == "train")
+        & pc.field("task_id").isin(task_ids),
+        columns=[
+            "episode_id",
+            "task_id",
+            "turn",
+            "step",
+            "action_name",
+            "action_args",
+            "observation",
+            "error",
+            "parse_error",
+        ],
+    ).to_pylist()
+    first: dict[str, str] = {}
+    for r in rows:
+        if r["task_id"] not in first or r["episode_id"] < first[r["task_id"]]:
+            first[r["task_id"]] = r["episode_id"]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: (r["turn"] or 0, r["step"] or 0)):
+        if first[r["task_id"]] == r["episode_id"]:
+            out.setdefault(r["task_id"], []).append(
+                {k: r.get(k) for k in ("action_name", "action_args", "observation", "error", "parse_error")}
+            )
+    return out
+
+
+def with_attempts(contexts: list[ExploreContext], attempts: dict[str, list[dict[str, Any]]]) -> list[ExploreContext]:
+    """Cold-start ('fallback') contexts explore outward from what the policy did on their task:
+    its training attempt becomes the context's evidence (the explorer may start from the calls
+    of it that worked, with values of their role) and the functions it called lead the focus."""
+    out = []
+    for c in contexts:
+        steps = attempts.get(c.task.task_id, [])
+        if c.signal_type != "fallback" or c.evidence or not steps:
+            out.append(c)
+            continue
+        called = [s["action_name"] for s in steps if s.get("action_name") and not s.get("error")]
+        focus = _unique([f for f in called if f in c.task.tools and f not in c.avoid] + c.focus)
+        out.append(dataclasses.replace(c, evidence=steps, focus=focus))
+    return out
+
+
 def round_contexts(store: Store, cfg: RunConfig, run_id: str, round: int, signal_guided: bool) -> list[ExploreContext]:
     """The contexts the round explores: signal contexts plus the cold-start fallback
-    (``budgeted_contexts``); for the ``random`` baseline, as many random contexts."""
+    (``budgeted_contexts``, outward from the policy's own attempts: ``with_attempts``); for the
+    ``random`` baseline, as many random contexts."""
     signals = store.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
     signals.sort(key=lambda s: (s["signal_type"], s.get("rank") or 0, s["signal_id"]))
     pool = [Task.from_row(r) for r in store.pool_tasks().to_pylist() if r["split"] == "train"]
     avoid = frozenset(cfg.validate_.blocked_functions)
     episode_ids = [e for s in signals for e in _listed(_evidence_doc(s.get("evidence")), *_EPISODE_KEYS)]
     guided = signal_contexts(signals, pool, _load_evidence(store, run_id, round, episode_ids), avoid)
-    contexts = budgeted_contexts(guided, pool, cfg, round, avoid)
     if signal_guided:
-        return contexts
+        attempts = policy_attempts(store, run_id, round, [t.task_id for t in pool])
+        return with_attempts(budgeted_contexts(guided, pool, cfg, round, avoid, frozenset(attempts)), attempts)
+    contexts = budgeted_contexts(guided, pool, cfg, round, avoid)
     # the baseline: the same number of contexts, only where it starts is random
     rng = random.Random(f"{cfg.seed}/random-contexts/{round}")
     return random_contexts(len(contexts), pool, rng, avoid) if pool else []

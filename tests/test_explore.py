@@ -22,6 +22,7 @@ from coevolve.explore import (
     run_sessions,
     signal_contexts,
     start_task,
+    with_attempts,
 )
 from coevolve.explorers.random import RandomExplorer
 from coevolve.explorers.rule import RuleExplorer
@@ -298,3 +299,27 @@ def test_explorers_never_read_turns_or_reference_calls(env, explorer):
     assert all(s.context.task.turns == [""] and s.context.task.reference_actions == [[]] for s in sessions)
     text = json.dumps([[(h.name, h.arguments, h.observation) for h in s.history] for s in sessions])
     assert sentinel not in text and '"mkdir"' in text
+
+
+def test_cold_start_contexts_explore_outward_from_the_policys_own_attempt(env, tasks):
+    task = start_task(tasks[0])
+    attempt = [
+        {"action_name": "cd", "action_args": '{"folder": "document"}', "observation": "{}", "error": None},
+        {"action_name": "cd", "action_args": '{"folder": "city 72"}', "observation": "", "error": "No such folder"},
+        {"action_name": "ls", "action_args": "{}", "observation": "{}", "error": None},
+    ]
+    cold = ExploreContext("fallback-0000", "fallback", task, ["mkdir", "touch"], avoid=AVOID, coverage=True)
+    signal = ExploreContext("b1", "boundary", task, ["mkdir"], evidence=[attempt[0]], avoid=AVOID)
+    led, same = with_attempts([cold, signal], {task.task_id: attempt})
+    assert led.evidence == attempt and led.focus == ["cd", "ls", "mkdir", "touch"]  # what it called, then coverage
+    assert same is signal  # a signal's context keeps its own evidence
+
+    class AlwaysReplay(RuleExplorer):
+        p_replay = 1.0
+
+    sessions = run_sessions(AlwaysReplay(), [led], env, runs=4, steps=5, seed=0)
+    for s in sessions:  # the attempt's calls that worked come first; the failed one is never made again
+        assert (s.history[0].name, s.history[0].arguments) == ("cd", {"folder": "document"})
+        assert s.history[0].error is None
+        assert all(h.arguments != {"folder": "city 72"} for h in s.history)
+    assert any(len(s.history) > 1 and s.history[1].name == "ls" for s in sessions)

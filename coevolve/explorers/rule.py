@@ -19,8 +19,10 @@ Each step picks a function and fills its arguments, adapting to what it has seen
 - **errors**: a failed call bans only the values its error names (for that parameter), and
   the exact call is never sent again; the explorer usually retries with other values.
 
-It never reads the context task's turns or reference calls (see ``coevolve.explore``); of
-the failed attempt it uses the calls' values that the start state proves of the right role.
+It never reads the context task's turns or reference calls (see ``coevolve.explore``). Of the
+policy's own attempt (a signal's failing episode, a cold start's training episode) it uses the
+values the start state proves of the right role, and half of its runs begin by making again
+the attempt's first calls that worked, then explore onward from where the policy is competent.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class RuleExplorer:
     p_flow = 0.45  # a function that takes what the last call returned
     p_optional = 0.3  # fill an optional parameter (one the goal templates mention)
     p_change = 0.6  # prefer functions that change the state among the candidates
+    p_replay = 0.5  # a run starts with the policy's own calls that worked (where the context has an attempt)
 
     def __init__(self, cfg: RunConfig | None = None) -> None:
         self.cfg = cfg
@@ -101,6 +104,8 @@ class RuleExplorer:
         tools = mem["tools"]
         if not tools:
             return "no callable tools in this context"
+        if mem["replay"]:
+            return mem["replay"].pop(0)
         choice: str | ToolCall | None = mem.pop("prereq", None) or self._choose_function(s)
         for attempt in range(8):
             if isinstance(choice, ToolCall):
@@ -127,19 +132,33 @@ class RuleExplorer:
         pool.harvest(s.state_data(), "state")
         params = {name: param_roles(doc, table) for name, doc in s.docs.items()}
         refs: dict[tuple[str, str], list[Any]] = defaultdict(list)
-        if self.signal_guided:  # the failed attempt's own calls, where its values are of the right role
+        sound: list[ToolCall] = []  # the attempt's first calls that worked, every value of its role
+        prefix = True
+        if self.signal_guided:  # the policy's own attempt (failed, unstable, or a cold start's)
             for step in ctx.evidence:
-                if not step.get("action_name") or step.get("error"):
+                if not step.get("action_name") or step.get("error") or step["action_name"] not in params:
                     continue
                 try:
                     args = json.loads(step.get("action_args") or "{}")
                 except json.JSONDecodeError:
                     continue
-                by_name = {p.name: p for p in params.get(step["action_name"], [])}
-                for k, v in (args if isinstance(args, dict) else {}).items():
-                    p = by_name.get(k)
-                    if p is not None and role_problem(p, v, pool, step["action_name"]) is None:
-                        refs[(step["action_name"], k)].append(v)
+                if not isinstance(args, dict):
+                    continue
+                by_name = {p.name: p for p in params[step["action_name"]]}
+                ok = [
+                    k
+                    for k, v in args.items()
+                    if k in by_name and role_problem(by_name[k], v, pool, step["action_name"]) is None
+                ]
+                for k in ok:
+                    refs[(step["action_name"], k)].append(args[k])
+                prefix = prefix and len(ok) == len(args) and step["action_name"] not in ctx.avoid
+                if prefix:
+                    sound.append(ToolCall(step["action_name"], args))
+        # some runs start where the policy is competent (its calls that worked) and explore onward
+        mem["replay"] = (
+            sound[: s.rng.randint(1, min(3, len(sound)))] if sound and s.rng.random() < self.p_replay else []
+        )
         mem["pool"], mem["params"], mem["refs"] = pool, params, refs
         mem["bad"] = defaultdict(set)  # (function, parameter) -> banned values (JSON)
         mem["failed"] = set()
