@@ -378,3 +378,35 @@ def render(report: dict[str, Any], yardstick: dict[str, Any] | None = None, cons
     for rule, lines in report["overall"].get("examples", {}).items():
         for line in lines:
             console.print(f"  [{rule}] {line}", style="dim", markup=False, highlight=False)
+
+
+def sample_tasks(store: Store, n: int, seed: float = 0.24) -> list[Task]:
+    """``n`` training tasks of the latest pool drawn with DuckDB's ``order by random()`` after
+    ``setseed(seed)`` (``seed`` in [0, 1]): the same store and seed give the same tasks."""
+    from coevolve.sql import connect
+
+    con = connect(store)
+    con.execute("select setseed($seed)", {"seed": seed})
+    ids = [
+        r[0]
+        for r in con.execute(
+            "select task_id from (select task_id from tasks where split = 'train' order by task_id) "
+            "order by random() limit $n",
+            {"n": n},
+        ).fetchall()
+    ]
+    by_id = {r["task_id"]: Task.from_row(r) for r in store.pool_tasks().to_pylist()}
+    return [by_id[i] for i in ids if i in by_id]
+
+
+def render_tasks(tasks: list[Task], console: Any) -> None:
+    """Each task whole: its turns and the reference calls of each."""
+    for task in tasks:
+        console.print(
+            f"--- {task.task_id} (round {task.created_round}, {task.origin}/{task.signal_type})", markup=False
+        )
+        for i, (text, calls) in enumerate(zip(task.turns, task.reference_actions)):
+            console.print(f"  [{i}] {text}", markup=False, soft_wrap=True)
+            for c in calls:
+                args = ", ".join(f"{k}={json.dumps(v)}" for k, v in (c.get("arguments") or {}).items())
+                console.print(f"        {c.get('name')}({args})", markup=False, soft_wrap=True)

@@ -247,6 +247,7 @@ def turn_text(
 ) -> str:
     """A turn's request: its goals as sentences, the later ones opened as a person would."""
     out = []
+    joiners = rng.sample(_JOINERS, len(_JOINERS)) if rng is not None else ["Also, {}"] * len(_JOINERS)
     for i, g in enumerate(goals):
         body = sentence(g, docs, speaker, rng)[:-1]
         body = body[:1].lower() + body[1:]
@@ -254,8 +255,7 @@ def turn_text(
             opener = rng.choice(_OPENERS) if rng is not None else "{}."
             text = opener.format(body)
         else:
-            joiner = rng.choice(_JOINERS) if rng is not None else "Also, {}"
-            text = joiner.format(body) + "."
+            text = joiners[(i - 1) % len(joiners)].format(body) + "."  # no two sentences opened alike
         out.append(text[:1].upper() + text[1:])
     return " ".join(out)
 

@@ -3,6 +3,7 @@
 coevolve bench tasks --store .coevolve/store              # per round, with BFCL-V3's own entries beside
 coevolve bench tasks --store S --no-yardstick --json f.json
 coevolve bench tasks --store S --yardstick-limit 50        # a cheaper yardstick
+coevolve bench tasks --store S --samples 10                # and 10 pool tasks, whole, drawn reproducibly
 
 The figures are ``coevolve.tasks_bench.pool_report``'s (its docstring defines each one). The
 yardstick column (default on for a BFCL-V3 pool) is printed, never written: ``--json`` holds
@@ -33,10 +34,12 @@ def bench_tasks(
     ),
     yardstick_limit: int = typer.Option(200, help="BFCL entries the yardstick reads (0 = all 200)."),
     json_path: str = typer.Option("", "--json", help="Also write the pool's figures to this JSON file."),
+    samples: int = typer.Option(0, help="Also print this many pool tasks whole, drawn with order by random()."),
+    sample_seed: float = typer.Option(0.24, help="DuckDB setseed() of the draw, in [0, 1] (same seed, same tasks)."),
 ) -> None:
     """Share of the pool's training tasks passing the quality gate, per rule; turns, calls,
     state changes, reused results and function coverage, overall and per created round."""
-    from coevolve.tasks_bench import bfcl_yardstick, pool_report, render
+    from coevolve.tasks_bench import bfcl_yardstick, pool_report, render, render_tasks, sample_tasks
 
     st = open_store_or_fail(store)
     if st.latest_pool() is None:
@@ -50,3 +53,6 @@ def bench_tasks(
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=1))  # the pool's figures only, never the yardstick's
         out.print(f"figures written to {json_path}", markup=False)
+    if samples:
+        out.print(f"\n{samples} tasks drawn with setseed({sample_seed}) and order by random():", markup=False)
+        render_tasks(sample_tasks(st, samples, sample_seed), out)
