@@ -239,6 +239,7 @@ def coherent_turns(
 
 # How a request opens: several phrasings of one goal (picked per task, reproducibly)
 _OPENERS = ("{}.", "Please {}.", "Could you {}?", "I need you to {}.", "Can you {}?", "I'd like you to {}.")
+_QUESTION_WORDS = {"how", "what", "which", "who", "where", "when", "is", "are", "do", "does", "can", "could"}
 _JOINERS = ("After that, {}", "Also, {}", "Once that's done, {}", "Next, {}")
 
 
@@ -251,7 +252,9 @@ def turn_text(
     for i, g in enumerate(goals):
         body = sentence(g, docs, speaker, rng)[:-1]
         body = body[:1].lower() + body[1:]
-        if i == 0:
+        if body.split(" ", 1)[0] in _QUESTION_WORDS:  # a goal the environment words as a question
+            text = (joiners[(i - 1) % len(joiners)].format(body) if i else body) + "?"
+        elif i == 0:
             opener = rng.choice(_OPENERS) if rng is not None else "{}."
             text = opener.format(body)
         else:
