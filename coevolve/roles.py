@@ -320,7 +320,7 @@ class ValuePool:
         if kind == "result":
             self.fresh.append((role, value))
 
-    def options(self, p: ParamRole, bad: set[str] = frozenset()) -> list[tuple[Any, str]]:
+    def options(self, p: ParamRole, bad: frozenset[str] | set[str] = frozenset()) -> list[tuple[Any, str]]:
         """Values that may fill ``p``, best first: results, state, earlier arguments, the
         environment's own values; each once, with its source kind. Enums are a hard rule."""
         rank = {"result": 0, "state": 1, "arg": 2, "known": 3}
@@ -346,15 +346,17 @@ class ValuePool:
                 out.append((v, kind))
         return out
 
-    def pick(self, p: ParamRole, rng: random.Random, bad: set[str] = frozenset(), function: str = "") -> Any:
+    def pick(
+        self, p: ParamRole, rng: random.Random, bad: frozenset[str] | set[str] = frozenset(), function: str = ""
+    ) -> Any:
         """A value for ``p``, or None when no value of its role is known and none may be made:
         for a parameter naming a new thing, a made-up value; else known values first (a fresh
         result most often), then the enum, then a generator. Arrays get 1-4 such values."""
         if p.type == "array":
             k = rng.randint(2, 4) if p.role in ("number",) else rng.randint(1, 2)
-            items = []
+            items: list[Any] = []
             for _ in range(k * 2):
-                v = self._pick_one(p, rng, bad | {json.dumps(x, default=str) for x in items}, function)
+                v = self._pick_one(p, rng, set(bad) | {json.dumps(x, default=str) for x in items}, function)
                 if v is not None and v not in items:
                     items.append(v)
                 if len(items) >= k:
@@ -362,7 +364,7 @@ class ValuePool:
             return items or None
         return self._pick_one(p, rng, bad, function)
 
-    def _pick_one(self, p: ParamRole, rng: random.Random, bad: set[str], function: str) -> Any:
+    def _pick_one(self, p: ParamRole, rng: random.Random, bad: frozenset[str] | set[str], function: str) -> Any:
         if f"{function}.{p.name}" in self.table.new:
             made = generate(p, self, rng)
             taken = self.by_role.get(p.role, [])

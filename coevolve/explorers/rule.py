@@ -106,7 +106,7 @@ class RuleExplorer:
             return "no callable tools in this context"
         if mem["replay"]:
             return mem["replay"].pop(0)
-        choice: str | ToolCall | None = mem.pop("prereq", None) or self._choose_function(s)
+        choice: str | ToolCall = mem.pop("prereq", None) or self._choose_function(s)
         for attempt in range(8):
             if isinstance(choice, ToolCall):
                 call: ToolCall | None = choice
@@ -172,9 +172,8 @@ class RuleExplorer:
         mem["pattern_cursor"] = 0
         mem["retry"] = None
         mem["mentioned"] = {name: mentioned_params(name, doc) for name, doc in s.docs.items()}
-        mem["kinds"] = {
-            name: (goal_for(name, doc).kind if goal_for(name, doc) else "do") for name, doc in s.docs.items()
-        }
+        goals = {name: goal_for(name, doc) for name, doc in s.docs.items()}
+        mem["kinds"] = {name: goal.kind if goal is not None else "do" for name, goal in goals.items()}
 
     def _observe(self, s: Session, last: Any) -> None:
         mem = s.memory
