@@ -257,7 +257,9 @@ def test_cold_start_fallback_fills_the_budget_with_coverage_contexts(signal_stor
     )
     contexts = round_contexts(store, cfg, "t", 1, signal_guided=True)
     assert [c.signal_type for c in contexts] == ["forgetting"] + ["fallback"] * 5
-    assert all(c.coverage and not c.evidence for c in contexts[1:])
+    # a fallback context on a task the policy attempted in the round's training carries that attempt
+    attempted = {r["task_id"] for r in store.read("rollouts").to_pylist() if r["phase"] == "train" and r["round"] == 1}
+    assert all(c.coverage and bool(c.evidence) == (c.task.task_id in attempted) for c in contexts[1:])
     explore(store, cfg, "t", 1)
     rows = store.read("explorations").to_pylist()
     assert Counter(r["signal_type"] for r in rows) == {"forgetting": 3, "fallback": 15}
