@@ -94,6 +94,20 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(i for i in items if i))
 
 
+# the rollout columns an exploration context's evidence is read from
+_STEP_COLUMNS = [
+    "episode_id",
+    "task_id",
+    "turn",
+    "step",
+    "action_name",
+    "action_args",
+    "observation",
+    "error",
+    "parse_error",
+]
+
+
 def _load_evidence(store: Store, run_id: str, round: int, episode_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
     """Steps of the given episodes of the round, grouped by episode id, in order (every
     signal's evidence episodes are the round's: the failing 'now' or the pattern's)."""
@@ -102,17 +116,7 @@ def _load_evidence(store: Store, run_id: str, round: int, episode_ids: list[str]
     table = store.read(
         "rollouts",
         filter=(ds.field("run_id") == run_id) & (ds.field("round") == round) & pc.field("episode_id").isin(episode_ids),
-        columns=[
-            "episode_id",
-            "task_id",
-            "turn",
-            "step",
-            "action_name",
-            "action_args",
-            "observation",
-            "error",
-            "parse_error",
-        ],
+        columns=_STEP_COLUMNS,
     )
     by_episode: dict[str, list[dict[str, Any]]] = {}
     for row in sorted(table.to_pylist(), key=lambda r: (r["episode_id"], r["turn"] or 0, r["step"] or 0)):
@@ -298,17 +302,7 @@ def policy_attempts(store: Store, run_id: str, round: int, task_ids: list[str]) 
         & (ds.field("round") == round)
         & (ds.field("phase") == "train")
         & pc.field("task_id").isin(task_ids),
-        columns=[
-            "episode_id",
-            "task_id",
-            "turn",
-            "step",
-            "action_name",
-            "action_args",
-            "observation",
-            "error",
-            "parse_error",
-        ],
+        columns=_STEP_COLUMNS,
     ).to_pylist()
     first: dict[str, str] = {}
     for r in rows:
