@@ -17,6 +17,7 @@ ROUND = {
     "explore.contexts": 4,
     "explore.min_contexts": 4,
     "explore.runs_per_context": 2,
+    "validate.solver": "policy",  # the tiny config turns pass 2 off
     "validate.attempts": 1,
     "policy.temperature": 0.0,
     "eval.categories": ["multi_turn_base"],

@@ -55,6 +55,12 @@ def test_two_rounds_on_s3_under_prefect(prefect_harness, s3_endpoint, s3_bucket,
     for r in rounds[1:]:
         assert r["t_signals"] is not None and r["t_total"] >= r["t_signals"]
         assert r["eval_score"] is not None and r["pool_size"] >= rounds[0]["pool_size"]
+    # the loop lives: every round mines signals, accepts new tasks and grows the pool
+    mined = sql(store, "select round, count(*) as n from signals group by round order by round")
+    assert [m["round"] for m in mined] == [1, 2], mined
+    added = sql(store, "select created_round as r, count(*) as n from tasks group by r order by r")
+    assert [a["r"] for a in added] == [0, 1, 2], added
+    assert [r["pool_size"] for r in rounds] == sorted({r["pool_size"] for r in rounds}), rounds
     # every candidate carries a verdict and a reason
     assert sql(store, "select count(*) as n from candidates where verdict is null or reason is null")[0]["n"] == 0
     # the policy learned something each round: gradients flowed and round 2's weights differ from round 1's
