@@ -95,7 +95,7 @@ def sampled_logprobs(
     """log p(target) of each sampled token of ``batch`` (``pack``) under ``model``: [N] float32.
 
     Scored on ``logits / temperature`` (1 when ``temperature`` <= 0), as the sampler recorded
-    its behaviour log-probs (``coevolve.policy.local.sample_next``). ``past``: per-layer
+    its behaviour log-probs (``coevolve.policy.decoder.sample_next``). ``past``: per-layer
     ``(keys, values)`` of a context that precedes every row of ``batch`` (a shared prefix;
     ``batch`` then holds one unpadded sequence and positions continue after the prefix).
     """
