@@ -46,7 +46,7 @@ import torch
 
 from coevolve.config import PolicyConfig
 from coevolve.policy import row_seed
-from coevolve.policy.base import Generation, Message, Request, SamplingParams, chat_through
+from coevolve.policy.base import Generation, Message, Request, SamplingParams, StreamingPolicy
 from coevolve.policy.decoder import Decoder, DecodeStats, Row
 from coevolve.policy.kv_cache import growing_cache
 from coevolve.policy.models import resolve_model
@@ -93,7 +93,7 @@ def generation_dtype(name: str, model: torch.nn.Module, device: torch.device) ->
     return torch.bfloat16 if device.type == "cpu" and _cpu_has_native_bf16() else torch.float32
 
 
-class LocalPolicy:
+class LocalPolicy(StreamingPolicy):
     """Policy over a local Hugging Face causal LM. Exposes ``model``, ``tokenizer``, ``model_path``."""
 
     name = "local"
@@ -133,17 +133,7 @@ class LocalPolicy:
         limit = getattr(self.model.config, "max_position_embeddings", None) or cfg.max_context_tokens
         self.max_context_tokens = min(cfg.max_context_tokens, limit)
 
-    # ------------------------------------------------------------------ Policy
-    def chat(
-        self,
-        conversations: list[list[Message]],
-        tools: list[list[dict[str, Any]]],
-        sampling: SamplingParams,
-        meta: list[dict[str, Any]] | None = None,
-    ) -> list[Generation]:
-        """Next assistant message for each conversation (see ``coevolve.policy.base.Policy``)."""
-        return chat_through(self.stream(sampling), conversations, tools, meta)
-
+    # ------------------------------------------------------------------ Policy (chat: StreamingPolicy)
     def stream(self, sampling: SamplingParams) -> "LocalStream":
         """A ``GenerationStream`` with token-level continuous batching (``Decoder``)."""
         return LocalStream(self, sampling)
