@@ -32,7 +32,7 @@ once per member.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -74,7 +74,7 @@ def pack(seqs: list[TokenSequence], pad_id: int, advantages: list[float] | None 
 
 
 def _decoder_and_head(model: torch.nn.Module) -> tuple[Any, Any] | None:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model  # peft
     if getattr(getattr(base, "config", None), "final_logit_softcapping", None):
         return None
     get_decoder, get_head = getattr(base, "get_decoder", None), getattr(base, "get_output_embeddings", None)
