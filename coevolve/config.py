@@ -2,7 +2,8 @@
 
 Load with ``load_config(path, overrides)``; YAML keys mirror the dataclass fields
 (``train: {steps: 4}``). Unknown keys, wrong types and impossible combinations fail at
-once with a ``ConfigError`` that names the field, before anything is written.
+once with a ``ConfigError`` that names the field, before anything is written (the type
+checker is ``coevolve.config_yaml``; each section's ``validate`` checks its fields together).
 
 Secrets and endpoints never live in config files: S3 credentials come from the usual AWS
 environment variables, LLM API keys from the variable named by ``api_key_env``.
@@ -12,17 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A configuration problem, with the field path in the message."""
+from coevolve.config_yaml import ConfigError, build, dump, merge, set_path
 
 
 def _help(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
@@ -587,77 +584,11 @@ class RunConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return _dump(self)
+        return dump(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
-        return _build(cls, data, "").check()
-
-
-def _key(f: dataclasses.Field) -> str:
-    return f.metadata.get("key", f.name)
-
-
-def _dump(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return {_key(f): _dump(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    return obj
-
-
-def _check_type(value: Any, tp: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp in (int, float, str, bool):
-        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-            raise ConfigError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
-        return value
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
-        return [_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            if arg is type(None) and value is None:
-                return None
-            try:
-                return _check_type(value, arg, where)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{where}: {value!r} does not match {tp}")
-    return value
-
-
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    by_key = {_key(f): f for f in dataclasses.fields(cls)}
-    unknown = set(data) - set(by_key)
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ConfigError(f"{where + '.' if where else ''}{name}: unknown key (known: {', '.join(sorted(by_key))})")
-    kwargs = {}
-    for key, value in data.items():
-        f = by_key[key]
-        path = f"{where}.{key}" if where else key
-        tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[f.name] = _build(tp, value or {}, path)
-        else:
-            kwargs[f.name] = _check_type(value, tp, path)
-    return cls(**kwargs)
-
-
-def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
-    node = data
-    *parents, leaf = dotted.split(".")
-    for p in parents:
-        node = node.setdefault(p, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"{dotted}: {p} is not a section")
-    node[leaf] = value
+        return build(cls, data, "").check()
 
 
 FOR_ENV = "for_env"  # the YAML key of per-environment sections
@@ -685,20 +616,10 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     sections = data.pop(FOR_ENV, None)
     for dotted, value in (overrides or {}).items():
         if value is not None:
-            _set_path(data, dotted, value)
+            set_path(data, dotted, value)
     if sections is not None:
         data = _with_env_section(data, sections, overrides or {})
-    return _build(RunConfig, data, "").check()
-
-
-def _merged(base: dict[str, Any], section: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in section.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merged(out[key], value)
-        else:
-            out[key] = value
-    return out
+    return build(RunConfig, data, "").check()
 
 
 def _with_env_section(data: dict[str, Any], sections: Any, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -714,15 +635,15 @@ def _with_env_section(data: dict[str, Any], sections: Any, overrides: dict[str, 
         if "name" in (section.get("env") or {}):
             raise ConfigError(f"{where}.env.name: a section cannot change the environment it is for")
         try:
-            _build(RunConfig, _merged(data, section), "")
+            build(RunConfig, merge(data, section), "")
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
     env_name = (data.get("env") or {}).get("name", EnvConfig.name)
     section = sections.get(env_name)
     if section is None:
         return data
-    merged = _merged(data, section)
+    merged = merge(data, section)
     for dotted, value in overrides.items():
         if value is not None:
-            _set_path(merged, dotted, value)
+            set_path(merged, dotted, value)
     return merged

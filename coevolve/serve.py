@@ -5,7 +5,7 @@ top_p, seed; one choice), ``GET /v1/models`` and ``GET /health``, so the ``opena
 backend, the LLM explorer and the LLM abstractor can be run and tested on loopback without
 vLLM (which cannot be installed on CPU machines) and without ``transformers serve``'s extra
 dependencies. Concurrent requests are batched continuously: a worker thread decodes up to
-``max_batch`` of them together (``coevolve.policy.local.Decoder``); a new request joins at the
+``max_batch`` of them together (``coevolve.policy.decoder.Decoder``); a new request joins at the
 next token and each is answered as soon as it ends. Assistant messages the server generated
 keep their own token ids when a conversation comes back (``LocalPolicy.encode_chat``).
 
@@ -30,7 +30,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from coevolve.policy.base import SamplingParams
-from coevolve.policy.local import Decoder, LocalPolicy
+from coevolve.policy.decoder import Decoder
+from coevolve.policy.local import LocalPolicy
 
 
 @dataclass

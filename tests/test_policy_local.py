@@ -9,7 +9,9 @@ import torch
 from coevolve.config import PolicyConfig
 from coevolve.policy.base import SamplingParams
 from coevolve.policy import row_seed
-from coevolve.policy.local import DecodeStats, Decoder, LocalPolicy, PrefixCache, sample_next
+from coevolve.policy.decoder import DecodeStats, Decoder, sample_next
+from coevolve.policy.local import LocalPolicy
+from coevolve.policy.prefix_cache import PrefixCache
 
 TOOLS = [{"name": "ls", "description": "List files.", "parameters": {"type": "dict", "properties": {}}}]
 

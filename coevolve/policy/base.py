@@ -5,8 +5,9 @@ its environment and asks again without waiting for the rest of the batch).
 
 Backends: ``local`` (transformers, token-level continuous batching, KV cache) and ``openai``
 (any OpenAI-compatible chat endpoint: vLLM at scale, hosted APIs, or coevolve's loopback
-server in tests; requests run concurrently). A policy with only ``chat`` gets a stream through
-``ChatStream``, which generates everything submitted in one ``chat`` call.
+server in tests; requests run concurrently), both ``StreamingPolicy``: their ``chat`` goes
+through their stream. A policy with only ``chat`` gets a stream through ``ChatStream``, which
+generates everything submitted in one ``chat`` call.
 """
 
 from __future__ import annotations
@@ -119,6 +120,27 @@ class ChatStream:
 
     def close(self) -> None:
         self._pending = []
+
+
+class StreamingPolicy:
+    """Base of the policies whose ``chat`` is their ``stream`` (``local``, ``openai``): a subclass
+    implements ``stream`` and gets ``chat`` (every conversation submitted, all collected in order)."""
+
+    name: str
+    version: str
+
+    def stream(self, sampling: SamplingParams) -> GenerationStream:
+        raise NotImplementedError
+
+    def chat(
+        self,
+        conversations: list[list[Message]],
+        tools: list[list[dict[str, Any]]],
+        sampling: SamplingParams,
+        meta: list[dict[str, Any]] | None = None,
+    ) -> list[Generation]:
+        """Next assistant message for each conversation (see ``Policy.chat``), through ``stream``."""
+        return chat_through(self.stream(sampling), conversations, tools, meta)
 
 
 def chat_through(

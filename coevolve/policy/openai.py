@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from coevolve.config import PolicyConfig
-from coevolve.policy.base import Generation, Message, Request, SamplingParams, chat_through
+from coevolve.policy.base import Generation, Message, Request, SamplingParams, StreamingPolicy
 from coevolve.policy import row_seed
 from coevolve.policy.prompts import TokenCounter, fit_budget, to_wire
 
@@ -52,7 +52,7 @@ def _hermes(tool_calls: list[dict[str, Any]]) -> str:
     return "\n".join(blocks)
 
 
-class OpenAIPolicy:
+class OpenAIPolicy(StreamingPolicy):
     """Policy over an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
 
     name = "openai"
@@ -88,18 +88,9 @@ class OpenAIPolicy:
     def close(self) -> None:
         self._client.close()
 
-    def chat(
-        self,
-        conversations: list[list[Message]],
-        tools: list[list[dict[str, Any]]],
-        sampling: SamplingParams,
-        meta: list[dict[str, Any]] | None = None,
-    ) -> list[Generation]:
-        """Next assistant message for each conversation, ``cfg.concurrency`` requests at a time."""
-        return chat_through(self.stream(sampling), conversations, tools, meta)
-
     def stream(self, sampling: SamplingParams) -> "EndpointStream":
-        """A ``GenerationStream`` of concurrent requests, each collected as soon as it returns."""
+        """A ``GenerationStream`` of concurrent requests, each collected as soon as it returns
+        (``chat``, from ``StreamingPolicy``, sends ``cfg.concurrency`` requests at a time)."""
         return EndpointStream(self, sampling)
 
     def _one(

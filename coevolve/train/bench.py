@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -37,7 +38,7 @@ def measure_update(
     torch.set_num_threads(threads or os.cpu_count() or 1)
     try:
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_pretrained(resolve_model(model_name))
+        model: Any = AutoModelForCausalLM.from_pretrained(resolve_model(model_name))
         if lora:
             model = attach_lora(model, 16, 32)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -125,7 +126,7 @@ def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides
             },
         )
         store = Store(tmp)
-        seen = []
+        seen: list[Any] = []
         started = time.perf_counter()
         train_local(store, cfg, "bench", 1, model_name, tasks, on_step=seen.append)
         total = time.perf_counter() - started
@@ -230,7 +231,7 @@ def sft_probe(
     train, other = split_by_scenario(synthesized_tasks(seed), 0.5)
     train, heldout = train[:n_train], single_turn_tasks(other)[:n_heldout]
     pcfg = PolicyConfig(model=model_name, tool_format="compact", max_context_tokens=max_tokens, max_new_tokens=64)
-    policy = load_policy(pcfg)
+    policy: Any = load_policy(pcfg)  # a LocalPolicy (backend 'local')
     before = first_call_quality(policy, env, heldout, max_new_tokens=64)
     model = attach_lora(policy.model, 16, 32)
     episodes = reference_chats(env, train, step_limit=4, seed=seed)

@@ -35,7 +35,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 
@@ -46,6 +46,9 @@ from coevolve.train import TrainResult, checkpoint_path
 from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty
 from coevolve.train.scoring import Chunk, forward_backward, plan
 from coevolve.train.sequences import TokenSequence, encode_chat, episode_sequences, wire_renderer
+
+if TYPE_CHECKING:
+    from coevolve.policy.local import LocalPolicy
 
 
 @dataclass
@@ -90,7 +93,7 @@ def _task_batches(tasks: list[Task], per_step: int, seed: int):
     order: list[Task] = []
     epoch = -1
     while True:
-        batch = []
+        batch: list[Task] = []
         while len(batch) < min(per_step, len(tasks)):
             if not order:
                 order = list(tasks)
@@ -106,7 +109,7 @@ class GrpoTrainer:
 
     def __init__(
         self,
-        policy: Any,
+        policy: LocalPolicy,
         env: Any,
         cfg: Any,
         model: torch.nn.Module,
@@ -169,8 +172,9 @@ class GrpoTrainer:
     def _reference_logprobs(self, chunk: Chunk) -> list[torch.Tensor]:
         with torch.no_grad():
             if hasattr(self.model, "disable_adapter"):  # LoRA: the base model is the reference
-                with self.model.disable_adapter():
+                with cast(Any, self.model).disable_adapter():  # peft
                     return forward_backward(self.model, chunk, self.temperature, None)
+            assert self.ref_model is not None  # a frozen copy whenever kl_coef > 0 without LoRA
             return forward_backward(self.ref_model, chunk, self.temperature, None)
 
     def update(self, results: list[Any]) -> list[dict[str, Any]]:
@@ -326,7 +330,7 @@ def _train(
 
     t = cfg.train
     env = resolve("environment", cfg.env.name)()
-    policy = load_policy(cfg.policy, policy_in)
+    policy = cast("LocalPolicy", load_policy(cfg.policy, policy_in))  # policy.backend is 'local'
     # LoRA layers are injected into policy.model itself, so the policy samples through them
     model = attach_lora(policy.model, t.lora_r, t.lora_alpha) if t.lora else policy.model
     ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False) if t.kl_coef > 0 and not t.lora else None

@@ -32,7 +32,7 @@ once per member.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -74,7 +74,7 @@ def pack(seqs: list[TokenSequence], pad_id: int, advantages: list[float] | None 
 
 
 def _decoder_and_head(model: torch.nn.Module) -> tuple[Any, Any] | None:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model  # peft
     if getattr(getattr(base, "config", None), "final_logit_softcapping", None):
         return None
     get_decoder, get_head = getattr(base, "get_decoder", None), getattr(base, "get_output_embeddings", None)
@@ -95,7 +95,7 @@ def sampled_logprobs(
     """log p(target) of each sampled token of ``batch`` (``pack``) under ``model``: [N] float32.
 
     Scored on ``logits / temperature`` (1 when ``temperature`` <= 0), as the sampler recorded
-    its behaviour log-probs (``coevolve.policy.local.sample_next``). ``past``: per-layer
+    its behaviour log-probs (``coevolve.policy.decoder.sample_next``). ``past``: per-layer
     ``(keys, values)`` of a context that precedes every row of ``batch`` (a shared prefix;
     ``batch`` then holds one unpadded sequence and positions continue after the prefix).
     """

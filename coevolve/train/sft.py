@@ -96,7 +96,7 @@ def run_sft(
     losses = []
     model.train()
     for _ in range(steps):
-        chosen = []
+        chosen: list[tuple[list[int], list[int]]] = []
         while len(chosen) < min(batch_size, len(examples)):
             if not order:
                 order = list(range(len(examples)))

@@ -31,7 +31,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from coevolve.envs.base import ToolCall
 from coevolve.policy.parsing import parse_tool_calls
@@ -53,6 +53,7 @@ class CoevolveAgentLoop(AgentLoopBase):
     """Runs a coevolve environment episode; settings come from the config's ``coevolve`` section."""
 
     _seen: Counter = Counter()  # episodes of each task run by this worker process
+    tokenizer: Any  # a transformers tokenizer instance (verl annotates it as the AutoTokenizer factory)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -92,7 +93,6 @@ class CoevolveAgentLoop(AgentLoopBase):
         mask: list[int] = []
         logprobs: list[float] | None = []  # None once a generation comes without log-probs
         request_id = uuid.uuid4().hex
-        metrics: dict[str, Any] = {}
         n_generated = 0
         for turn in range(ep.n_turns):
             new = [t for t in ep.tools(turn) if _name(t) not in shown]
@@ -119,7 +119,7 @@ class CoevolveAgentLoop(AgentLoopBase):
                 merged, mask, logprobs = await self.ct_merge_assistant_token(
                     ids, sampled, mask, logprobs, list(out.log_probs) if logprobs is not None else None
                 )
-                tokens = {
+                tokens: dict[str, Any] = {
                     "prompt_ids": list(ids),
                     "completion_ids": sampled,
                     "completion_logprobs": list(out.log_probs) if out.log_probs is not None else None,
@@ -148,7 +148,7 @@ class CoevolveAgentLoop(AgentLoopBase):
             response_logprobs=logprobs[: self.response_length] if logprobs else None,
             reward_score=float(score.reward),
             num_turns=len(messages),
-            metrics=metrics,
+            metrics=AgentLoopMetrics(),
             extra_fields={
                 "turn_scores": [],
                 "tool_rewards": [],

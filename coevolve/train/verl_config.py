@@ -125,7 +125,7 @@ def compose_config(overrides: list[str], *, validate: bool = True) -> Any:
         from verl.trainer.main_ppo import need_critic, need_reference_policy
         from verl.utils.config import validate_config
 
-        checked = config
+        checked: Any = config
         if importlib.util.find_spec("vllm") is None and config.actor_rollout_ref.model.get("lora_rank", 0) > 0:
             # verl checks the LoRA rank against vLLM's allowed ranks by importing vLLM, which
             # cannot be installed on CPU machines: check everything else here (the GPU image

@@ -74,6 +74,7 @@ def stream(command: list[str], on_line: Callable[[str], None], tail: int = 40) -
     """Run ``command``, passing each output line to ``on_line``; raise with the last lines on failure."""
     last: deque[str] = deque(maxlen=tail)
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:
             line = line.rstrip("\n")
             last.append(line)
