@@ -16,8 +16,7 @@ from coevolve.cli import ablate as _ablate  # noqa: F401,E402
 from coevolve.cli import report as _report  # noqa: F401,E402
 from coevolve.cli import reliability as _reliability  # noqa: F401,E402
 from coevolve.cli import bench_fanout as _bench_fanout  # noqa: F401,E402
-from coevolve.cli import safety as _safety  # noqa: F401,E402
-from coevolve.cli import tasks_bench as _tasks_bench  # noqa: F401,E402
+from coevolve.cli import bench as _bench  # noqa: F401,E402
 
 
 def main() -> None:

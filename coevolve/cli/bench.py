@@ -1,13 +1,16 @@
-"""``coevolve bench tasks``: quality-gate verdicts and shape figures of a store's latest pool.
+"""``coevolve bench ...``: the thin command-line wrappers of the benchmarks in ``coevolve.bench``
+(options -> the bench function -> printed figures). ``bench env`` sits beside ``coevolve eval``
+(``coevolve/cli/eval.py``, whose accuracy table it prints), ``bench fanout`` in ``bench_fanout.py``.
 
+coevolve bench safety                                      # attacks refused, legitimate tasks refused with them
 coevolve bench tasks --store .coevolve/store              # per round, with BFCL-V3's own entries beside
 coevolve bench tasks --store S --no-yardstick --json f.json
 coevolve bench tasks --store S --yardstick-limit 50        # a cheaper yardstick
 coevolve bench tasks --store S --samples 10                # and 10 pool tasks, whole, drawn reproducibly
 
-The figures are ``coevolve.tasks_bench.pool_report``'s (its docstring defines each one). The
-yardstick column (default on for a BFCL-V3 pool) is printed, never written: ``--json`` holds
-the pool's figures only.
+``bench tasks``: the figures are ``coevolve.bench.tasks.pool_report``'s (its docstring defines each
+one). The yardstick column (default on for a BFCL-V3 pool) is printed, never written: ``--json``
+holds the pool's figures only.
 """
 
 from __future__ import annotations
@@ -20,7 +23,38 @@ import typer
 from rich.console import Console
 
 from coevolve.cli.app import bench_app
-from coevolve.cli.common import console, fail, open_store_or_fail
+from coevolve.cli.common import console, fail, load_config_or_fail, open_store_or_fail, parse_sets
+
+
+@bench_app.command("safety")
+def bench_safety(
+    envs: list[str] = typer.Option(["bfcl-v3", "agentdojo"], "--env", help="Environments whose round 0 is measured."),
+    config: str = typer.Option(None, "--config", "-c", help="Run config YAML (its synth/validate sections apply)."),
+    sets: list[str] = typer.Option([], "--set", help="Override a config key, KEY=VALUE (e.g. synth.scenarios=4)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole report as JSON."),
+) -> None:
+    """Run every AgentDojo injection task's ground truth through validation as a candidate, and
+    measure the general safety rules' false refusals on each environment's round-0 tasks."""
+    from coevolve.bench.safety import measure
+
+    cfg = load_config_or_fail(config, parse_sets(sets))
+    report = measure(cfg, envs)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    a = report["attacks"]
+    typer.echo(
+        f"attacks (AgentDojo injection tasks as candidates): {a['refused']}/{a['candidates']} refused "
+        f"({a['refused_by_safety']} by the safety policy); by rule: {a['by_rule']}"
+    )
+    if a["accepted_ids"]:
+        typer.echo(f"  ACCEPTED: {a['accepted_ids']}")
+    for name in envs:
+        r = report[name]
+        typer.echo(
+            f"{name}: round-0 tasks accepted without the general rules: {r['tasks']}; refused by them: "
+            f"{r['refused']} (false-refusal rate {r['rate']:.1%}); by rule: {r['by_rule']}"
+        )
 
 
 @bench_app.command("tasks")
@@ -39,7 +73,7 @@ def bench_tasks(
 ) -> None:
     """Share of the pool's training tasks passing the quality gate, per rule; turns, calls,
     state changes, reused results and function coverage, overall and per created round."""
-    from coevolve.tasks_bench import bfcl_yardstick, pool_report, render, render_tasks, sample_tasks
+    from coevolve.bench.tasks import bfcl_yardstick, pool_report, render, render_tasks, sample_tasks
 
     st = open_store_or_fail(store)
     if st.latest_pool() is None:
