@@ -2,6 +2,7 @@
 (options -> the bench function -> printed figures). ``bench env`` sits beside ``coevolve eval``
 (``coevolve/cli/eval.py``, whose accuracy table it prints), ``bench fanout`` in ``bench_fanout.py``.
 
+coevolve bench signals --rows 10000000                   # SQL vs the pandas reference
 coevolve bench safety                                      # attacks refused, legitimate tasks refused with them
 coevolve bench tasks --store .coevolve/store              # per round, with BFCL-V3's own entries beside
 coevolve bench tasks --store S --no-yardstick --json f.json
@@ -16,6 +17,8 @@ holds the pool's figures only.
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -24,6 +27,37 @@ from rich.console import Console
 
 from coevolve.cli.app import bench_app
 from coevolve.cli.common import console, fail, load_config_or_fail, open_store_or_fail, parse_sets
+
+
+@bench_app.command("signals")
+def bench_signals(
+    rows: int = typer.Option(10_000_000, "--rows", "-n", help="Step rows of the synthetic rollout log."),
+    store: str = typer.Option("", "--store", help="Local directory to write the log into (default: a temporary one)."),
+    rounds: int = typer.Option(4, help="Rounds in the log; the signals are mined for the last."),
+    threads: int = typer.Option(0, help="DuckDB threads (0 = one per core)."),
+    memory_limit: str = typer.Option("4GB", help="DuckDB memory limit."),
+    pandas_max_rows: int = typer.Option(30_000_000, help="Skip the pandas reference above this many rows."),
+    keep: bool = typer.Option(False, help="Keep the generated log (a temporary store is deleted otherwise)."),
+) -> None:
+    """Time the three signal queries against a vectorized pandas reference on a synthetic log."""
+    from coevolve.config import SignalsConfig
+    from coevolve.bench.signals import bench
+
+    directory = store or tempfile.mkdtemp(prefix="coevolve-bench-signals-")
+    try:
+        result = bench(
+            rows,
+            directory,
+            rounds=rounds,
+            cfg=SignalsConfig(threads=threads, memory_limit=memory_limit),
+            pandas_max_rows=pandas_max_rows,
+            echo=typer.echo,
+        )
+    finally:
+        if not store and not keep:
+            shutil.rmtree(directory, ignore_errors=True)
+    if result["identical"] is False:
+        raise typer.Exit(1)
 
 
 @bench_app.command("safety")

@@ -495,7 +495,7 @@ def _child(side: str, store_dir: str, cfg: SignalsConfig, round: int, out: Path)
     cmd = [
         sys.executable,
         "-m",
-        "coevolve.signals_bench",
+        "coevolve.bench.signals",
         side,
         store_dir,
         json.dumps(cfg.__dict__),
