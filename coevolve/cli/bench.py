@@ -3,6 +3,8 @@
 (``coevolve/cli/eval.py``, whose accuracy table it prints), ``bench fanout`` in ``bench_fanout.py``.
 
 coevolve bench signals --rows 10000000                   # SQL vs the pandas reference
+coevolve bench rollout                  # SmolLM2, 8 episodes, batch 8 (about 3 minutes)
+coevolve bench rollout --model tiny --episodes 32   # the test model (seconds)
 coevolve bench train                    # trainer vs plain torch+peft, tiny and SmolLM2+LoRA; one GRPO step
 coevolve bench sft                      # first calls before / after a LoRA SFT warm start
 coevolve bench safety                                      # attacks refused, legitimate tasks refused with them
@@ -60,6 +62,54 @@ def bench_signals(
             shutil.rmtree(directory, ignore_errors=True)
     if result["identical"] is False:
         raise typer.Exit(1)
+
+
+@bench_app.command("rollout")
+def bench_rollout(
+    model: str = typer.Option("smollm2", help="'smollm2', 'tiny' or a local Hugging Face directory."),
+    env_name: str = typer.Option("bfcl-v3", "--env", help="Environment plug-in."),
+    category: str = typer.Option("multi_turn_base", help="Task category of the environment."),
+    episodes: int = typer.Option(
+        8, help="Episodes per mode (tasks x samples); 8 = the rollouts of one default GRPO step."
+    ),
+    samples: int = typer.Option(4, help="Samples per task (the group size)."),
+    batch_size: int = typer.Option(8, help="Episodes generated together in the batched mode."),
+    max_new_tokens: int = typer.Option(96, help="Generation budget per assistant message."),
+    step_limit: int = typer.Option(3, help="Model messages per turn."),
+    max_context_tokens: int = typer.Option(2048, help="Prompt + completion budget."),
+    tool_format: str = typer.Option("compact", help="'compact' or 'json'."),
+    dtype: str = typer.Option("auto", help="policy.dtype: 'auto', 'float32', 'bfloat16' or 'float16'."),
+    threads: int = typer.Option(
+        0,
+        help="torch intra-op threads (0 = torch's default: one per core). 1 suits the tiny model, whose "
+        "steps are too small to split across cores.",
+    ),
+    seed: int = typer.Option(0, help="Seed of the rollouts."),
+) -> None:
+    """Rollout engine throughput: batched vs one episode at a time, plus a same-seed replay check."""
+    from coevolve.bench.rollout import bench
+    from coevolve.config import PolicyConfig
+
+    if episodes % samples:
+        fail(f"--episodes ({episodes}) must be a multiple of --samples ({samples})")
+    cfg = PolicyConfig(model=model, max_context_tokens=max_context_tokens, tool_format=tool_format, dtype=dtype)
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        fail(str(exc))
+    bench(
+        cfg,
+        env_name=env_name,
+        category=category,
+        episodes=episodes,
+        samples=samples,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        step_limit=step_limit,
+        threads=threads,
+        seed=seed,
+        echo=console.print,
+    )
 
 
 @bench_app.command("train")
