@@ -9,7 +9,6 @@ from coevolve.cli import run as _run  # noqa: F401,E402
 from coevolve.cli import sql as _sql  # noqa: F401,E402
 from coevolve.cli import signals as _signals  # noqa: F401,E402
 from coevolve.cli import eval as _eval  # noqa: F401,E402
-from coevolve.cli import validate as _validate  # noqa: F401,E402
 from coevolve.cli import policy as _policy  # noqa: F401,E402
 from coevolve.cli import train as _train  # noqa: F401,E402
 from coevolve.cli import ablate as _ablate  # noqa: F401,E402

@@ -3,6 +3,8 @@
 (``coevolve/cli/eval.py``, whose accuracy table it prints), ``bench fanout`` in ``bench_fanout.py``.
 
 coevolve bench signals --rows 10000000                   # SQL vs the pandas reference
+coevolve bench validate                 # 1,000 candidates vs a pool of 10,000
+coevolve bench validate --set policy.model=tiny --policy tiny --solver-tasks 8
 coevolve bench rollout                  # SmolLM2, 8 episodes, batch 8 (about 3 minutes)
 coevolve bench rollout --model tiny --episodes 32   # the test model (seconds)
 coevolve bench train                    # trainer vs plain torch+peft, tiny and SmolLM2+LoRA; one GRPO step
@@ -62,6 +64,31 @@ def bench_signals(
             shutil.rmtree(directory, ignore_errors=True)
     if result["identical"] is False:
         raise typer.Exit(1)
+
+
+@bench_app.command("validate")
+def bench_validate(
+    candidates: int = typer.Option(1000, "--candidates", "-n", help="Candidates to validate."),
+    pool: int = typer.Option(10_000, "--pool", help="Tasks in the pool they are deduplicated against."),
+    policy: str = typer.Option(
+        None, "--policy", help="Policy checkpoint or model name for pass 2 (default: pass 1 only)."
+    ),
+    solver_tasks: int = typer.Option(16, help="Candidates the configured solver attempts in pass 2, for its rate."),
+    config: str = typer.Option(None, "--config", "-c", help="Run config YAML (its validate/policy sections apply)."),
+    sets: list[str] = typer.Option([], "--set", help="Override a config key, KEY=VALUE (e.g. validate.attempts=4)."),
+) -> None:
+    """Time the mechanical part of validation (dedup, safety, pass 1) on BFCL candidates, and pass 2's attempts/s."""
+    from coevolve.bench.validate import bench
+
+    cfg = load_config_or_fail(config, parse_sets(sets))
+    bench(
+        cfg,
+        candidates=candidates,
+        pool=pool,
+        policy=policy,
+        solver_tasks=solver_tasks,
+        echo=lambda text: console.print(text, soft_wrap=True, highlight=False),
+    )
 
 
 @bench_app.command("rollout")
