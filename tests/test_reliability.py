@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from coevolve.reliability import (
+from coevolve.bench.reliability.campaign import (
     CampaignConfig,
     ScenarioResult,
     concurrent_scenario,
@@ -17,7 +17,7 @@ from coevolve.reliability import (
     kill_scenario,
     sample_points,
 )
-from coevolve.s3_faults import FaultProxy
+from coevolve.bench.reliability.s3_faults import FaultProxy
 
 CHEAP_RUN = {
     "train.backend": "chaos_plugins:copy_trainer",
@@ -106,7 +106,7 @@ def test_fuzzed_outputs_raise_nothing():
 
 
 def test_unknown_scenario_is_a_clear_error():
-    from coevolve.reliability import run_campaign
+    from coevolve.bench.reliability.campaign import run_campaign
 
     with pytest.raises(ValueError, match="unknown scenarios"):
         run_campaign(CampaignConfig(scenarios=["nope"]))

@@ -1,23 +1,28 @@
 """``coevolve bench ...``: the thin command-line wrappers of the benchmarks in ``coevolve.bench``
-(options -> the bench function -> printed figures). ``bench env`` sits beside ``coevolve eval``
-(``coevolve/cli/eval.py``, whose accuracy table it prints), ``bench fanout`` in ``bench_fanout.py``.
+(options -> the bench function -> the figures printed). ``bench env`` sits beside ``coevolve eval``
+(``coevolve/cli/eval.py``, whose accuracy table it prints); ``bench fanout`` in ``bench_fanout.py``.
+``make bench`` runs the quick sizes of them all.
 
-coevolve bench signals --rows 10000000                   # SQL vs the pandas reference
-coevolve bench validate                 # 1,000 candidates vs a pool of 10,000
+coevolve bench signals --rows 10000000          # SQL vs the pandas reference (exit 1 if they differ)
+coevolve bench validate                         # 1,000 candidates vs a pool of 10,000
 coevolve bench validate --set policy.model=tiny --policy tiny --solver-tasks 8
-coevolve bench rollout                  # SmolLM2, 8 episodes, batch 8 (about 3 minutes)
-coevolve bench rollout --model tiny --episodes 32   # the test model (seconds)
-coevolve bench train                    # trainer vs plain torch+peft, tiny and SmolLM2+LoRA; one GRPO step
-coevolve bench sft                      # first calls before / after a LoRA SFT warm start
-coevolve bench safety                                      # attacks refused, legitimate tasks refused with them
-coevolve bench tasks --store .coevolve/store              # per round, with BFCL-V3's own entries beside
+coevolve bench rollout                          # SmolLM2, 8 episodes, batch 8 (about 3 minutes)
+coevolve bench rollout --model tiny --episodes 32          # the test model (seconds)
+coevolve bench train                            # trainer vs plain torch+peft, tiny and SmolLM2+LoRA; one GRPO step
+coevolve bench sft                              # first calls before / after a LoRA SFT warm start
+coevolve bench reliability                      # make chaos: kills, concurrency, S3 faults, fuzz
+coevolve bench reliability --kills 3 --fuzz 20000 --scenarios kill,fuzz   # a quick look
+coevolve bench safety                           # attacks refused, legitimate tasks refused with them
+coevolve bench tasks --store .coevolve/store    # per round, with BFCL-V3's own entries beside
 coevolve bench tasks --store S --no-yardstick --json f.json
 coevolve bench tasks --store S --yardstick-limit 50        # a cheaper yardstick
 coevolve bench tasks --store S --samples 10                # and 10 pool tasks, whole, drawn reproducibly
 
-``bench tasks``: the figures are ``coevolve.bench.tasks.pool_report``'s (its docstring defines each
-one). The yardstick column (default on for a BFCL-V3 pool) is printed, never written: ``--json``
-holds the pool's figures only.
+``bench reliability`` prints, per scenario, tried / survived / rows lost / rows duplicated /
+corrupt pool versions, and exits with status 1 if any scenario lost, duplicated or corrupted
+anything. ``bench tasks``: the figures are ``coevolve.bench.tasks.pool_report``'s (its docstring
+defines each one); the yardstick column (default on for a BFCL-V3 pool) is printed, never
+written: ``--json`` holds the pool's figures only.
 """
 
 from __future__ import annotations
@@ -229,6 +234,46 @@ def bench_sft(
         f"SFT {r['sft_seconds']:.0f}s ({r['sft_seconds'] / max(steps, 1):.1f}s/step); "
         f"loss {r['losses'][0]:.2f} -> {r['losses'][-1]:.2f}; {r['after']['n']} held-out tasks"
     )
+
+
+@bench_app.command("reliability")
+def bench_reliability(
+    scenarios: str = typer.Option(
+        "kill,concurrent-local,concurrent-s3,s3-faults,fuzz", help="Comma-separated scenarios."
+    ),
+    config: str = typer.Option("configs/tiny.yaml", "--config", "-c", help="Run config of the kill and fault runs."),
+    rounds: int = typer.Option(2, help="Rounds of each run of the kill scenario."),
+    kills: int = typer.Option(20, help="SIGKILL points of the kill scenario."),
+    procs: int = typer.Option(4, help="Processes committing at once."),
+    commits: int = typer.Option(5, help="Commits per process."),
+    fault_rate: float = typer.Option(0.1, help="Share of S3 requests the proxy breaks (5xx, resets, stalls)."),
+    fault_rounds: int = typer.Option(1, help="Rounds of the run through the faulty S3 proxy (0 = commits only)."),
+    fuzz: int = typer.Option(1_000_000, help="Fuzzed model outputs through the parser and the dispatcher."),
+    seed: int = typer.Option(0, help="Seed of the kill points, faults and fuzz."),
+    workdir: str = typer.Option("", help="Where the campaign's stores go (default: a temporary directory)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a run config field of the runs: --set train.steps=2."),
+) -> None:
+    """Kill runs at random points, commit concurrently, break S3, fuzz model output; count losses."""
+    from coevolve.bench.reliability.campaign import SMALL_RUN, CampaignConfig, format_table, run_campaign
+
+    cc = CampaignConfig(
+        scenarios=[s.strip() for s in scenarios.split(",") if s.strip()],
+        config=config or None,
+        overrides={**SMALL_RUN, **parse_sets(set_)},
+        rounds=rounds,
+        kills=kills,
+        procs=procs,
+        commits=commits,
+        fault_rate=fault_rate,
+        fault_rounds=fault_rounds,
+        fuzz=fuzz,
+        seed=seed,
+        workdir=workdir,
+    )
+    results = run_campaign(cc, log=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+    print(format_table(results), flush=True)  # plain: never wrapped to the terminal's width
+    if not all(r.ok for r in results):
+        raise typer.Exit(1)
 
 
 @bench_app.command("safety")

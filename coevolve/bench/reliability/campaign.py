@@ -20,10 +20,10 @@ scenario, tried / survived / rows lost / rows duplicated / corrupt pool versions
 - ``fuzz``: ``fuzz`` mutated model outputs through the tool-call parser and the BFCL
   environment's dispatcher: 0 uncaught exceptions.
 
-The S3 pieces (moto on loopback, the faulty proxy) live in ``coevolve.s3_faults``.
+The S3 pieces (moto on loopback, the faulty proxy) live in ``coevolve.bench.reliability.s3_faults``.
 Every process the campaign starts is accounted for at the end (``leftover`` processes are
 reported and killed). Library entry point: ``run_campaign(CampaignConfig(...))``; a child
-process of the kill scenario is ``python -m coevolve.reliability child ...``.
+process of the kill scenario is ``python -m coevolve.bench.reliability.campaign child ...``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from coevolve.s3_faults import FaultProxy, MotoS3
+from coevolve.bench.reliability.s3_faults import FaultProxy, MotoS3
 
 # Key columns of each table: a row is lost when the reference run has its key and the
 # chaos run does not; duplicated when a key occurs twice. Tables the schema lacks are skipped.
@@ -242,9 +242,9 @@ def child_run(config: str | None, overrides: dict[str, Any], target: dict | None
 
 
 def _child(args: list[str], timeout_s: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "coevolve.reliability", *args]
+    cmd = [sys.executable, "-m", "coevolve.bench.reliability.campaign", *args]
     return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=Path(__file__).resolve().parents[1]
+        cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=Path(__file__).resolve().parents[3]
     )
 
 
@@ -427,7 +427,7 @@ def concurrent_scenario(
             procs.append(
                 (
                     subprocess.Popen(
-                        [sys.executable, "-m", "coevolve.reliability", *args],
+                        [sys.executable, "-m", "coevolve.bench.reliability.campaign", *args],
                         env=env,
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.PIPE,
@@ -641,7 +641,7 @@ def run_campaign(cc: CampaignConfig, log: Callable[[str], None] = print) -> list
     work = Path(cc.workdir).resolve() if cc.workdir else Path(tempfile.mkdtemp(prefix="coevolve-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
     if cc.config and not Path(cc.config).is_absolute():  # children run from the repository root
-        here, repo = Path(cc.config).resolve(), Path(__file__).resolve().parents[1] / cc.config
+        here, repo = Path(cc.config).resolve(), Path(__file__).resolve().parents[3] / cc.config
         cc.config = str(here if here.is_file() else repo)
     results: list[ScenarioResult] = []
     moto = MotoS3() if {"concurrent-s3", "s3-faults"} & set(cc.scenarios) else None
@@ -706,7 +706,7 @@ def format_table(results: list[ScenarioResult]) -> str:
 
 
 def _main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m coevolve.reliability")
+    parser = argparse.ArgumentParser(prog="python -m coevolve.bench.reliability.campaign")
     sub = parser.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("child")
     c.add_argument("--config")

@@ -1,0 +1,1 @@
+"""``coevolve bench reliability`` (``make chaos``): the fault campaign (``campaign``)."""
