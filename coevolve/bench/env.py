@@ -21,7 +21,7 @@ def load_tasks(env: Any, categories: list[str]) -> tuple[list[Task], float]:
     """Every entry of ``categories`` (all of the environment's by default), and the seconds the
     loading took. An unknown category raises ``KeyError``."""
     t0 = time.perf_counter()
-    cats = categories or list(getattr(env, "categories", [])) or [None]
+    cats: list[str | None] = [*categories] or list(getattr(env, "categories", [])) or [None]
     tasks = [t for c in cats for t in env.load_tasks(categories=[c] if c else None, limit=None)]
     return tasks, time.perf_counter() - t0
 
