@@ -8,15 +8,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from coevolve.bench.reliability.campaign import (
-    CampaignConfig,
-    ScenarioResult,
-    concurrent_scenario,
-    format_table,
-    fuzz_outputs,
-    kill_scenario,
-    sample_points,
-)
+from coevolve.bench.reliability.campaign import format_table
+from coevolve.bench.reliability.common import CampaignConfig, ScenarioResult
+from coevolve.bench.reliability.concurrent import concurrent_scenario
+from coevolve.bench.reliability.fuzz import fuzz_outputs
+from coevolve.bench.reliability.kill import kill_scenario, sample_points
 from coevolve.bench.reliability.s3_faults import FaultProxy
 
 CHEAP_RUN = {

@@ -254,7 +254,8 @@ def bench_reliability(
     set_: list[str] = typer.Option([], "--set", help="Override a run config field of the runs: --set train.steps=2."),
 ) -> None:
     """Kill runs at random points, commit concurrently, break S3, fuzz model output; count losses."""
-    from coevolve.bench.reliability.campaign import SMALL_RUN, CampaignConfig, format_table, run_campaign
+    from coevolve.bench.reliability.campaign import format_table, run_campaign
+    from coevolve.bench.reliability.common import SMALL_RUN, CampaignConfig
 
     cc = CampaignConfig(
         scenarios=[s.strip() for s in scenarios.split(",") if s.strip()],
