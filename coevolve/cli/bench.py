@@ -51,8 +51,8 @@ def bench_signals(
     keep: bool = typer.Option(False, help="Keep the generated log (a temporary store is deleted otherwise)."),
 ) -> None:
     """Time the three signal queries against a vectorized pandas reference on a synthetic log."""
-    from coevolve.config import SignalsConfig
     from coevolve.bench.signals import bench
+    from coevolve.config import SignalsConfig
 
     directory = store or tempfile.mkdtemp(prefix="coevolve-bench-signals-")
     try:
