@@ -50,6 +50,20 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/sqlfluff lint sql
 
+# The quick benches: the `coevolve bench` commands at small sizes (a few minutes on 2 cores; their
+# defaults are the full figures, `coevolve bench --help`). Not here: `bench tasks` (it reads a run's
+# store: make run, then `coevolve bench tasks`), `bench fanout` (a round over a local cluster), and
+# bench validate's pass 2 (`--policy`: minutes of policy attempts on BFCL-sized prompts).
+bench: $(STAMP)
+	$(BIN)/coevolve bench signals --rows 1000000
+	$(BIN)/coevolve bench env
+	$(BIN)/coevolve bench validate --candidates 200 --pool 2000
+	$(BIN)/coevolve bench rollout --model tiny --episodes 16 --threads 1
+	$(BIN)/coevolve bench train --model tiny --steps 2 --no-whole-step
+	$(BIN)/coevolve bench sft --model tiny --steps 2 --train 2 --heldout 2
+	$(BIN)/coevolve bench safety
+	$(BIN)/coevolve bench reliability --scenarios concurrent-local,concurrent-s3,fuzz --procs 2 --commits 2 --fuzz 20000
+
 # The fault campaign (kills, concurrent commits, S3 faults, fuzz): long on 2 cores; size it with ARGS,
 # e.g. make chaos ARGS="--kills 5 --fuzz 100000".
 chaos: $(STAMP)

@@ -8,16 +8,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from coevolve.reliability import (
-    CampaignConfig,
-    ScenarioResult,
-    concurrent_scenario,
-    format_table,
-    fuzz_outputs,
-    kill_scenario,
-    sample_points,
-)
-from coevolve.s3_faults import FaultProxy
+from coevolve.bench.reliability.campaign import format_table
+from coevolve.bench.reliability.common import CampaignConfig, ScenarioResult
+from coevolve.bench.reliability.concurrent import concurrent_scenario
+from coevolve.bench.reliability.fuzz import fuzz_outputs
+from coevolve.bench.reliability.kill import kill_scenario, sample_points
+from coevolve.bench.reliability.s3_faults import FaultProxy
 
 CHEAP_RUN = {
     "train.backend": "chaos_plugins:copy_trainer",
@@ -106,7 +102,7 @@ def test_fuzzed_outputs_raise_nothing():
 
 
 def test_unknown_scenario_is_a_clear_error():
-    from coevolve.reliability import run_campaign
+    from coevolve.bench.reliability.campaign import run_campaign
 
     with pytest.raises(ValueError, match="unknown scenarios"):
         run_campaign(CampaignConfig(scenarios=["nope"]))

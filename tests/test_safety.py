@@ -71,7 +71,7 @@ def test_rules_are_configurable():
 
 def test_every_agentdojo_injection_candidate_is_refused():
     pytest.importorskip("agentdojo")
-    from coevolve.safety_bench import judge_attacks
+    from coevolve.bench.safety import judge_attacks
 
     report = judge_attacks(load_config(None, {}))
     assert report["candidates"] == 35 and report["refused"] == 35 and not report["accepted_ids"]
@@ -83,7 +83,7 @@ def test_every_agentdojo_injection_candidate_is_refused():
 
 
 def test_general_rules_refuse_no_legitimate_bfcl_round0_task():
-    from coevolve.safety_bench import false_refusals, round0_accepted
+    from coevolve.bench.safety import false_refusals, round0_accepted
 
     cfg = load_config("configs/tiny.yaml", {})
     tasks = round0_accepted(cfg, "bfcl-v3")

@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 
 from coevolve.config import SignalsConfig
 from coevolve.signals import mine_signals, run_queries, signal_id
-from coevolve.signals_bench import canonical, compare, generate_log, pandas_signals
+from coevolve.bench.signals import canonical, compare
+from coevolve.bench.signals_log import generate_log
+from coevolve.bench.signals_pandas import pandas_signals
 from coevolve.sql import connect
 from coevolve.store import Store
 

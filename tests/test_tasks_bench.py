@@ -8,12 +8,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from coevolve import tasks_bench
+from coevolve.bench import tasks as tasks_bench
 from coevolve.cli import app
 from coevolve.envs.bfcl import BfclEnvironment
 from coevolve.explore import start_task
 from coevolve.store import Store
-from coevolve.tasks_bench import appears, bfcl_yardstick, pool_report, task_shape
+from coevolve.bench.tasks import appears, bfcl_yardstick, pool_report, task_shape
 
 runner = CliRunner()
 

@@ -3,7 +3,7 @@ model, and the benchmarks' tasks are synthesized (round 0), never BFCL's questio
 
 from __future__ import annotations
 
-from coevolve.train.bench import measure_update
+from coevolve.bench.train import measure_update
 from coevolve.train.probe import split_by_scenario, synthesized_tasks
 
 

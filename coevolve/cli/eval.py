@@ -16,7 +16,6 @@ Rollouts go to table ``rollouts`` (phase=eval) of the store (``--store``, else t
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 import typer
@@ -158,22 +157,19 @@ def bench_env(
     ),
 ) -> None:
     """Time replaying and scoring every entry's ground truth: env only, then through the engine."""
-    from coevolve.config import RunConfig
-    from coevolve.evaluate import evaluate, replay_reference, summarize
-    from coevolve.policy.replay import ReplayPolicy
+    from coevolve.bench.env import load_tasks, replay, replay_through_engine
     from coevolve.registry import resolve
 
     env = resolve("environment", env_name)()
-    t0 = time.perf_counter()
-    tasks = _select(env, category, [], None)
-    t_load = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    scores = replay_reference(env, tasks)
-    t_env = time.perf_counter() - t0
+    try:
+        tasks, t_load = load_tasks(env, category)
+    except KeyError as exc:
+        fail(str(exc.args[0]))
+    per_category, t_env = replay(env, tasks)
     console.print(f"loaded {len(tasks)} tasks in {t_load:.2f}s")
-    console.print(_table(f"{env_name}: reference replay, env only", summarize(tasks, scores)[2], t_env))
+    console.print(_table(f"{env_name}: reference replay, env only", per_category, t_env))
     if engine:
-        result = evaluate(None, RunConfig(), "bench", 0, ReplayPolicy(tasks), tasks, env=env)
+        result = replay_through_engine(env, tasks)
         console.print(
             _table(f"{env_name}: reference replay, policy + rollout engine", result.per_category, result.seconds)
         )

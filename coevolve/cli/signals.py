@@ -1,20 +1,18 @@
-"""``coevolve signals`` and ``coevolve bench signals``: the feedback signals of a round.
+"""``coevolve signals``: the feedback signals of a round (``coevolve bench signals``, the queries'
+benchmark, is in ``coevolve/cli/bench.py``).
 
 coevolve signals --store .coevolve/store --round 2            # print (mine if not stored yet)
 coevolve signals --round 2 --run myrun --mine --set rare_n=1   # re-mine with other thresholds
-coevolve bench signals --rows 10000000                          # SQL vs the pandas reference
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from enum import Enum
 
 import typer
 
-from coevolve.cli.app import app, bench_app
+from coevolve.cli.app import app
 from coevolve.cli.common import console, load_config_or_fail, open_store_or_fail, parse_sets
 
 
@@ -102,34 +100,3 @@ def signals(
     console.print(out)
     counts = {t: sum(r["signal_type"] == t for r in rows) for t in order}
     console.print(f"run {run_id!r} round {round}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
-
-
-@bench_app.command("signals")
-def bench_signals(
-    rows: int = typer.Option(10_000_000, "--rows", "-n", help="Step rows of the synthetic rollout log."),
-    store: str = typer.Option("", "--store", help="Local directory to write the log into (default: a temporary one)."),
-    rounds: int = typer.Option(4, help="Rounds in the log; the signals are mined for the last."),
-    threads: int = typer.Option(0, help="DuckDB threads (0 = one per core)."),
-    memory_limit: str = typer.Option("4GB", help="DuckDB memory limit."),
-    pandas_max_rows: int = typer.Option(30_000_000, help="Skip the pandas reference above this many rows."),
-    keep: bool = typer.Option(False, help="Keep the generated log (a temporary store is deleted otherwise)."),
-) -> None:
-    """Time the three signal queries against a vectorized pandas reference on a synthetic log."""
-    from coevolve.config import SignalsConfig
-    from coevolve.signals_bench import bench
-
-    directory = store or tempfile.mkdtemp(prefix="coevolve-bench-signals-")
-    try:
-        result = bench(
-            rows,
-            directory,
-            rounds=rounds,
-            cfg=SignalsConfig(threads=threads, memory_limit=memory_limit),
-            pandas_max_rows=pandas_max_rows,
-            echo=typer.echo,
-        )
-    finally:
-        if not store and not keep:
-            shutil.rmtree(directory, ignore_errors=True)
-    if result["identical"] is False:
-        raise typer.Exit(1)

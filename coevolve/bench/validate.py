@@ -2,6 +2,7 @@
 
     coevolve bench validate                                  # 1,000 candidates vs a pool of 10,000
     coevolve bench validate --set policy.model=tiny --policy tiny --solver-tasks 8
+    bench(load_config(None), candidates=100, pool=1000, echo=print)   # the same, from Python
 
 It builds a pool of ``--pool`` BFCL tasks (every contiguous window of turns of the 800
 multi-turn entries, then renamed copies until the size is reached) and ``--candidates``
@@ -18,12 +19,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
-import typer
-
-from coevolve.cli.app import bench_app
-from coevolve.cli.common import console, load_config_or_fail, parse_sets
+from coevolve.config import RunConfig
 
 
 def _pool_rows(env, size: int) -> list[dict]:
@@ -122,34 +120,29 @@ def _candidates(env, cfg, n: int, pool_rows: list[dict]) -> list[dict]:
     return out
 
 
-def _say(text: str) -> None:
-    console.print(text, soft_wrap=True, highlight=False)
-
-
-@bench_app.command("validate")
-def bench_validate(
-    candidates: int = typer.Option(1000, "--candidates", "-n", help="Candidates to validate."),
-    pool: int = typer.Option(10_000, "--pool", help="Tasks in the pool they are deduplicated against."),
-    policy: str = typer.Option(
-        None, "--policy", help="Policy checkpoint or model name for pass 2 (default: pass 1 only)."
-    ),
-    solver_tasks: int = typer.Option(16, help="Candidates the configured solver attempts in pass 2, for its rate."),
-    config: str = typer.Option(None, "--config", "-c", help="Run config YAML (its validate/policy sections apply)."),
-    sets: list[str] = typer.Option([], "--set", help="Override a config key, KEY=VALUE (e.g. validate.attempts=4)."),
+def bench(
+    cfg: RunConfig,
+    *,
+    candidates: int = 1000,
+    pool: int = 10_000,
+    policy: str | None = None,
+    solver_tasks: int = 16,
+    echo: Callable[[str], Any] = print,
 ) -> None:
-    """Time the mechanical part of validation (dedup, safety, pass 1) on BFCL candidates, and pass 2's attempts/s."""
+    """Time the mechanical part of validation (dedup, safety, pass 1) of ``candidates`` BFCL
+    candidates against a pool of ``pool`` tasks and, with ``policy``, pass 2's attempts per second
+    on ``solver_tasks`` of those that passed; print the figures through ``echo``."""
     from coevolve.envs.bfcl import BfclEnvironment
     from coevolve.registry import resolve
     from coevolve.tasks import Task
     from coevolve.validate import pool_index, reason_kind, validate_rows
 
-    cfg = load_config_or_fail(config, parse_sets(sets))
     env = BfclEnvironment()
     t0 = time.perf_counter()
     pool_rows = _pool_rows(env, pool)
     cands = _candidates(env, cfg, candidates, pool_rows)
     t_setup = time.perf_counter() - t0
-    _say(f"setup: pool of {len(pool_rows):,} tasks, {len(cands):,} candidates built in {t_setup:.1f} s")
+    echo(f"setup: pool of {len(pool_rows):,} tasks, {len(cands):,} candidates built in {t_setup:.1f} s")
 
     t0 = time.perf_counter()
     pool_index(pool_rows, cfg.validate_.near_duplicate_threshold)
@@ -159,17 +152,17 @@ def bench_validate(
     t_mech = time.perf_counter() - t0
     verdicts = Counter(r["verdict"] for r in judged)
     reasons = Counter(reason_kind(r["reason"]) for r in judged if r["verdict"] == "rejected")
-    _say(
+    echo(
         f"mechanical part (dedup, safety, pass 1): {len(cands):,} candidates vs {len(pool_rows):,} pool tasks in "
         f"{t_mech:.2f} s ({1000 * t_mech / max(1, len(cands)):.2f} ms per candidate; pool index {t_index:.2f} s of it) "
         f"[{'OK' if t_mech < 10 else 'SLOW'}: goal < 10 s]"
     )
-    _say(f"verdicts: {dict(verdicts)}; rejections: {dict(reasons.most_common())}")
+    echo(f"verdicts: {dict(verdicts)}; rejections: {dict(reasons.most_common())}")
 
     passed = [Task.from_json(r["spec"]) for r in judged if r["verdict"] == "accepted"][:solver_tasks]
     solver = resolve("solver", cfg.validate_.solver)(cfg, None, "bench", 1, policy)
     if not passed or solver is None:
-        _say(f"pass 2 not timed: {'no candidate passed' if not passed else 'no --policy (or validate.solver none)'}")
+        echo(f"pass 2 not timed: {'no candidate passed' if not passed else 'no --policy (or validate.solver none)'}")
         return
     t0 = time.perf_counter()
     attempts = solver(passed)
@@ -177,7 +170,7 @@ def bench_validate(
     n = sum(len(a.successes) for a in attempts)
     solved = sum(any(a.successes) for a in attempts)
     mean_best = sum(max(a.progress, default=0.0) for a in attempts) / len(passed)
-    _say(
+    echo(
         f"pass 2, solver {cfg.validate_.solver!r}: {n} attempts on {len(passed)} tasks in {dt:.2f} s "
         f"= {n / dt:.1f} attempts/s; solved {solved}/{len(passed)}, mean best progress {mean_best:.2f}"
     )

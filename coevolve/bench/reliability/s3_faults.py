@@ -4,7 +4,7 @@
     proxy = FaultProxy(moto.url, rate=0.1)            # point clients at proxy.url
     ... ; proxy.counts                                # {'ok': n, '503': n, 'reset-before': n, ...}
 
-Used by ``coevolve.reliability`` (``coevolve bench reliability``) and its tests.
+Used by ``coevolve.bench.reliability`` (``coevolve bench reliability``) and its tests.
 """
 
 from __future__ import annotations
