@@ -12,6 +12,7 @@ answers are never read).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -97,7 +98,7 @@ def sft_probe(
     train, other = split_by_scenario(synthesized_tasks(seed), 0.5)
     train, heldout = train[:n_train], single_turn_tasks(other)[:n_heldout]
     pcfg = PolicyConfig(model=model_name, tool_format="compact", max_context_tokens=max_tokens, max_new_tokens=64)
-    policy = load_policy(pcfg)
+    policy: Any = load_policy(pcfg)  # a LocalPolicy (backend 'local')
     before = first_call_quality(policy, env, heldout, max_new_tokens=64)
     model = attach_lora(policy.model, 16, 32)
     episodes = reference_chats(env, train, step_limit=4, seed=seed)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ def measure_update(
     torch.set_num_threads(threads or os.cpu_count() or 1)
     try:
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_pretrained(resolve_model(model_name))
+        model: Any = AutoModelForCausalLM.from_pretrained(resolve_model(model_name))
         if lora:
             model = attach_lora(model, 16, 32)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -128,7 +129,7 @@ def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides
             },
         )
         store = Store(tmp)
-        seen = []
+        seen: list[Any] = []
         started = time.perf_counter()
         train_local(store, cfg, "bench", 1, model_name, tasks, on_step=seen.append)
         total = time.perf_counter() - started
