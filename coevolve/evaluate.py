@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from coevolve.config import RunConfig
-from coevolve.envs.base import EpisodeScore, ToolCall
+from coevolve.types import EpisodeScore, ToolCall
 from coevolve.policy.base import Policy, SamplingParams
 from coevolve.registry import resolve
 from coevolve.store import Store

@@ -46,7 +46,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from coevolve.envs.base import Environment, Episode, EpisodeScore, Observation, ToolCall
+from coevolve.envs.base import Environment, Episode
+from coevolve.types import EpisodeScore, Observation, ToolCall
 from coevolve.policy.base import Generation, Message, Policy, Request, SamplingParams, open_stream
 from coevolve.policy.parsing import parse_tool_calls
 from coevolve.policy.prompts import SYSTEM_PROMPT

@@ -54,7 +54,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from coevolve.config import ConfigError, RunConfig
-from coevolve.envs.base import Environment, EpisodeScore, ToolCall
+from coevolve.envs.base import Environment
+from coevolve.types import EpisodeScore, ToolCall
 from coevolve.explorers.base import observed_error
 from coevolve.quality import quality_reason
 from coevolve.registry import register, resolve

@@ -25,7 +25,8 @@ from prefect import flow, task
 
 from coevolve.config import RunConfig
 from coevolve.registry import resolve
-from coevolve.round import RoundContext, report_progress
+from coevolve.events import report_progress
+from coevolve.round import RoundContext
 from coevolve.schemas import to_table
 
 

@@ -3,7 +3,7 @@
     with StageProgress(cfg, round, stage):    # inside a Prefect task
         run_stage(...)
 
-``StageProgress`` listens to ``coevolve.round``'s events for one stage and turns them into
+``StageProgress`` listens to the stage events (``coevolve.events``) for one stage and turns them into
 readable log lines and a progress artifact (0-100 %). Training reports no events of its own,
 so while the ``train`` stage runs a thread reads the round's ``train_steps`` rows from the
 store every few seconds (any trainer that logs its steps there is covered) and reports
@@ -24,7 +24,7 @@ from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from coevolve.config import RunConfig
-from coevolve.round import add_listener
+from coevolve.events import add_listener
 from coevolve.store import Store
 
 TRAIN_POLL_S = 5.0  # how often the train stage's progress reads the store

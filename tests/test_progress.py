@@ -58,7 +58,7 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
     from prefect.client.schemas.sorting import LogSort
 
     from coevolve.config import load_config
-    from coevolve.round import _emit
+    from coevolve.events import emit
 
     started = datetime.now(timezone.utc)
     from coevolve.store import Store
@@ -70,7 +70,7 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
     @task
     def fake_training() -> None:
         with StageProgress(store, cfg, 1, "train", poll_s=0.2):
-            _emit("start", 1, "train", {})
+            emit("start", 1, "train", {})
             for step in (1, 2):  # what a trainer writes after each GRPO step
                 store.write(
                     "train_steps",
@@ -79,7 +79,7 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
                     [{"run_id": "watched", "step": step, "loss": 0.5 / step, "reward_mean": 0.1 * step}],
                 )
                 time.sleep(0.8)
-            _emit(
+            emit(
                 "done",
                 1,
                 "train",
