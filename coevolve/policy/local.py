@@ -52,7 +52,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from coevolve.config import PolicyConfig
-from coevolve.policy import row_seed
+from coevolve.policy.base import row_seed
 from coevolve.policy.base import Generation, Message, Request, SamplingParams, chat_through
 from coevolve.policy.models import resolve_model
 from coevolve.policy.prompts import Prompt, encode_with_answers, render_prompt
