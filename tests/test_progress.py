@@ -116,7 +116,7 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
 
 
 def test_a_run_logged_to_a_file_prints_a_line_per_stage_event():
-    from coevolve.cli.run import StageStatus
+    from flows.cli.run import StageStatus
 
     lines: list[str] = []
     status = StageStatus(log=lines.append, log_every_s=3600)

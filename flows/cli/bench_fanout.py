@@ -42,7 +42,7 @@ def bench_fanout(
     os.environ.setdefault("DO_NOT_TRACK", "1")
     from rich.table import Table
 
-    from coevolve.cli.run import prefect_api
+    from flows.cli.run import prefect_api
     from coevolve.round import open_run_store, run_round, run_stage
     from coevolve.sql import connect
     from flows.fanout import stage_impl
