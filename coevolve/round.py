@@ -30,7 +30,8 @@ import pyarrow.dataset as ds
 
 from coevolve.config import RunConfig
 from coevolve.events import add_listener, emit, report_progress  # noqa: F401  (the first and last: re-exported)
-from coevolve.store import ConcurrentCommitError, S3Client, Store
+from coevolve.store import ConcurrentCommitError, Store
+from coevolve.store_open import open_run_store
 from coevolve.tasks import Task
 
 log = logging.getLogger("coevolve.round")
@@ -77,12 +78,6 @@ class RoundContext:
 
 
 # ----------------------------------------------------------------------------- seeding
-def open_run_store(cfg: RunConfig) -> Store:
-    store = Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region, client=S3Client.of(cfg.s3))
-    store.check_reachable()
-    return store
-
-
 def round_stages(store: Store, cfg: RunConfig, round: int) -> tuple[str, ...]:
     """The stages of ``round``. Round 0 synthesizes the seed pool; it is skipped (no stages)
     when the store already holds a pool that this run's round 0 did not start (a pool
