@@ -134,3 +134,13 @@ def test_a_run_logged_to_a_file_prints_a_line_per_stage_event():
         "round 2 signals: skipped (done) n=3",
     ]
     assert status.rows[(1, "train")] == ("done 12.5s", "steps=4")
+
+
+def test_one_artifact_key_for_every_flow():
+    from flows.artifacts import artifact_key
+
+    assert artifact_key("coevolve", "tiny", "round", 1) == "coevolve-tiny-round-1"
+    assert artifact_key("progress", "My.Run_2", "round", 0, "train") == "progress-my-run-2-round-0-train"
+    assert artifact_key("ablation", "/tmp/abl") == "ablation-tmp-abl"
+    assert artifact_key("ablation", "s3://bucket/abl/") == "ablation-s3-bucket-abl"
+    assert len(artifact_key("x", "y" * 200)) == 100
