@@ -238,32 +238,21 @@ Solver = Callable[[list[Task]], list[Attempts]]
 
 def _episode_solver(policy: Any, cfg: RunConfig, store: Store | None, run_id: str, round: int) -> Solver:
     """``attempts`` episodes of every task, batched through the rollout engine."""
-    from coevolve.policy.base import SamplingParams
-    from coevolve.rollout import run_episodes
+    from coevolve.rollout import rollout_settings, run_episodes
 
     def solve(tasks: list[Task]) -> list[Attempts]:
         if not tasks:
             return []
         env = resolve("environment", cfg.env.name)()
-        sampling = SamplingParams(
-            temperature=cfg.policy.temperature,
-            top_p=cfg.policy.top_p,
-            max_new_tokens=cfg.policy.max_new_tokens,
-            seed=cfg.seed,
-        )
         results = run_episodes(
             policy,
             env,
             tasks,
             n_samples=cfg.validate_.attempts,
-            sampling=sampling,
-            step_limit=cfg.env.step_limit,
             phase="validate",
             run_id=run_id,
             round=round,
-            batch_size=cfg.policy.batch_size,
-            seed=cfg.seed,
-            step_timeout_s=cfg.env.step_timeout_s,
+            **rollout_settings(cfg, "validate"),
         )
         if store is not None:  # the attempts are rollouts like any other (phase "validate")
             store.write("rollouts", round, f"{run_id}-validate", [row for r in results for row in r.steps])
