@@ -43,8 +43,9 @@ def bench_fanout(
     from rich.table import Table
 
     from flows.cli.run import prefect_api
-    from coevolve.round import open_run_store, run_round, run_stage
+    from coevolve.round import run_round, run_stage
     from coevolve.sql import connect
+    from coevolve.store_open import open_run_store
     from flows.fanout import stage_impl
 
     base = {
