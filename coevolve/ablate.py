@@ -2,7 +2,7 @@
 
     runs = plan(cfg, seeds=2, rounds=1, store="/tmp/abl")   # one AblationRun per condition x seed
     rows = run_ablation(runs)                                # runs (or resumes) them all
-    summary(open_store("/tmp/abl"))                          # polars: condition, round, seeds, mean, std, ...
+    summary(store_at("/tmp/abl"))                            # polars: condition, round, seeds, mean, std, ...
 
 Conditions (``CONDITIONS``) differ only in config overrides; everything else (training steps,
 exploration and validation budgets, held-out set, seed) comes from the same base config:
@@ -31,8 +31,9 @@ import polars as pl
 
 from coevolve.config import ConfigError, RunConfig
 from coevolve.registry import resolve
-from coevolve.round import open_run_store, run_rounds, run_stage, seed_pool
+from coevolve.round import run_rounds, run_stage, seed_pool
 from coevolve.store import Store
+from coevolve.store_open import open_run_store, store_at
 
 FEEDBACK_STAGES = ("signals", "explore", "abstract", "validate")
 
@@ -188,8 +189,9 @@ def is_done(store: Store, run: AblationRun) -> bool:
 
 
 def ablation_store(run: AblationRun) -> Store:
-    """The store that holds the ``ablations`` table (with the run config's S3 settings)."""
-    return Store(run.ablation_store, endpoint_url=run.cfg.s3.endpoint_url, region=run.cfg.s3.region)
+    """The store that holds the ``ablations`` table (with the run config's S3 settings: endpoint,
+    region, retries and timeouts)."""
+    return store_at(run.ablation_store, run.cfg.s3)
 
 
 # ----------------------------------------------------------------------------- the ladder

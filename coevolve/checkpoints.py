@@ -98,9 +98,9 @@ def reference(cfg: "RunConfig", run_id: str, round: int) -> str:
 
 
 def _remote_store(cfg: "RunConfig", uri: str) -> "Store":
-    from coevolve.store import S3Client, Store
+    from coevolve.store_open import store_at
 
-    return Store(uri, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region, client=S3Client.of(cfg.s3))
+    return store_at(uri, cfg.s3)
 
 
 def publish(store: "Store", cfg: "RunConfig", run_id: str, round: int, trained: str) -> str:

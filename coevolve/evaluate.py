@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from coevolve.config import RunConfig
-from coevolve.envs.base import EpisodeScore, ToolCall
-from coevolve.policy.base import Policy, SamplingParams
+from coevolve.types import EpisodeScore, ToolCall
+from coevolve.policy.base import Policy
 from coevolve.registry import resolve
 from coevolve.store import Store
 from coevolve.tasks import Task
@@ -139,31 +139,22 @@ def evaluate(
     Writes the step rows to ``store`` (table rollouts, partition ``round``, part
     ``<run_id>-eval``) unless ``store`` is None; returns an ``EvalResult``.
     """
-    from coevolve.rollout import run_episodes
+    from coevolve.rollout import rollout_settings, run_episodes
 
     env = env or resolve("environment", cfg.env.name)()
     tasks = eval_tasks(cfg, env) if tasks is None else list(tasks)
     started = time.perf_counter()
+    # BFCL's protocol (eval.*): its generation budget and step limit; an undecodable message ends the turn
     results = run_episodes(
         policy,
         env,
         tasks,
         n_samples=1,
-        sampling=SamplingParams(
-            temperature=cfg.eval.temperature,
-            top_p=cfg.policy.top_p if cfg.eval.temperature > 0 else 1.0,
-            max_new_tokens=cfg.eval.max_new_tokens,
-            seed=cfg.seed,
-        ),
-        step_limit=cfg.eval.step_limit,
         phase="eval",
         run_id=run_id,
         round=round,
-        batch_size=cfg.policy.batch_size,
-        seed=cfg.seed,
-        step_timeout_s=cfg.env.step_timeout_s,
         progress=progress,
-        parse_error_ends_turn=True,  # BFCL's protocol: an undecodable message ends the turn
+        **rollout_settings(cfg, "eval"),
     )
     rows = [row for r in results for row in r.steps]
     n_rows = store.write("rollouts", round, f"{run_id}-eval", rows) if store is not None else 0

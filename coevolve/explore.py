@@ -44,7 +44,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from coevolve.config import RunConfig
-from coevolve.envs.base import Environment, ToolCall
+from coevolve.envs.base import Environment
+from coevolve.types import ToolCall
 from coevolve.explorers.base import (  # noqa: F401  (Step, observed_error: re-exported for callers)
     ExploreContext,
     Explorer,

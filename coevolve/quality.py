@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coevolve.envs.base import Environment, ToolCall
+from coevolve.envs.base import Environment
+from coevolve.types import ToolCall
 from coevolve.explorers.base import observed_error, result_data
 from coevolve.roles import ParamRole, ValuePool, param_roles, role_problem
 from coevolve.tasks import Task

@@ -1,6 +1,6 @@
 """``coevolve report``: PNG plots and a Markdown report of one or more runs, or of an ablation.
 
-    report = write_report(open_store("/tmp/cv"), out="/tmp/cv-report")          # every run
+    report = write_report(store_at("/tmp/cv"), out="/tmp/cv-report")            # every run
     report = write_report(store, runs=["signal-guided-s0"], out=...)             # some runs
     report.files        # the PNGs and report.md
     report.figures      # name -> matplotlib Figure (lines and bars hold the plotted series)
@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from coevolve.store import Store
+from coevolve.store_open import store_at
 
 STAGE_COLUMNS = ("t_train", "t_signals", "t_explore", "t_abstract", "t_validate", "t_commit", "t_evaluate")
 FEEDBACK_COLUMNS = ("t_signals", "t_explore", "t_abstract", "t_validate")
@@ -86,8 +88,9 @@ def _frames(store: Store, runs: list[str], labels: dict[str, tuple[str, int]] | 
     return out
 
 
-def collect(store: Store, runs: list[str] | None = None) -> ReportData:
-    """Read the report's frames from ``store`` (and, for an ablation, from its runs' sub-stores)."""
+def collect(store: Store, runs: list[str] | None = None, s3: Any = None) -> ReportData:
+    """Read the report's frames from ``store`` (and, for an ablation, from its runs' sub-stores,
+    opened with ``s3``: the ablation config's ``S3Config``; None: see ``_sub_store``)."""
     from coevolve.sql import query
 
     runs = list(runs or [])
@@ -98,7 +101,7 @@ def collect(store: Store, runs: list[str] | None = None) -> ReportData:
     if ablations.height:
         subs = ablations.select("run_id", "condition", "seed", "store").unique().sort("run_id")
         for row in subs.filter(pl.col("store").is_not_null()).iter_rows(named=True):
-            sub = Store(row["store"], **{k: v for k, v in store.s3_settings.items() if k in ("endpoint_url", "region")})
+            sub = _sub_store(store, row["store"], s3)
             parts.append(_frames(sub, [row["run_id"]], {row["run_id"]: (row["condition"], row["seed"])}))
     else:
         parts.append(_frames(store, runs, None))
@@ -106,6 +109,16 @@ def collect(store: Store, runs: list[str] | None = None) -> ReportData:
         parts.append(_frames(store, ["-"], None))
     merged = {k: pl.concat([p[k] for p in parts], how="diagonal_relaxed") for k in parts[0]}
     return ReportData(ablation=bool(ablations.height), ablations=ablations, **merged)
+
+
+def _sub_store(store: Store, uri: str, s3: Any) -> Store:
+    """An ablation run's sub-store: with the S3 settings ``s3``, else with the endpoint and region
+    ``store`` was opened with (and the default retries and timeouts)."""
+    if s3 is None:
+        from coevolve.config import S3Config
+
+        s3 = S3Config(**{k: v for k, v in store.s3_settings.items() if k in ("endpoint_url", "region")})
+    return store_at(uri, s3)
 
 
 # ----------------------------------------------------------------------------- plots
@@ -366,12 +379,13 @@ def _md_table(df: pl.DataFrame, digits: int = 3) -> str:
     return head + "\n".join(lines)
 
 
-def write_report(store: Store, runs: list[str] | None = None, out: str | Path | None = None) -> Report:
+def write_report(store: Store, runs: list[str] | None = None, out: str | Path | None = None, s3: Any = None) -> Report:
     """Write the PNGs and ``report.md`` into ``out`` (default: ``<store>/report`` for a local
-    store, ``./coevolve-report`` for S3); returns what was written."""
+    store, ``./coevolve-report`` for S3); returns what was written. ``s3``: the S3 settings of
+    an ablation's sub-stores (``collect``)."""
     out = Path(out) if out else (Path(store.root) / "report" if not store.is_s3 else Path("coevolve-report"))
     out.mkdir(parents=True, exist_ok=True)
-    data = collect(store, runs)
+    data = collect(store, runs, s3)
     report = Report(out=out)
     for name, fn in PLOTS.items():
         fig, note = fn(data)
@@ -447,12 +461,14 @@ def _artifact_dir(store: Store) -> Path:
     return Path(tempfile.gettempdir()) / "coevolve-report" / re.sub(r"[^A-Za-z0-9_.-]+", "-", store.root)
 
 
-def ablation_markdown(store: Store, df: pl.DataFrame | None = None, out: str | Path | None = None) -> str:
+def ablation_markdown(
+    store: Store, df: pl.DataFrame | None = None, out: str | Path | None = None, s3: Any = None
+) -> str:
     """Markdown of an ablation for a Prefect artifact: the summary table, then the report
-    (its pictures written to ``out``, linked by path)."""
+    (its pictures written to ``out``, linked by path; ``s3``: the sub-stores' S3 settings)."""
     from coevolve.ablate import summary
 
-    report = write_report(store, out=out or _artifact_dir(store))
+    report = write_report(store, out=out or _artifact_dir(store), s3=s3)
     table = _md_table(df if df is not None else summary(store))
     pictures = "\n".join(f"![{p.stem}]({p})" for p in report.files if p.suffix == ".png")
     return f"# Ablation {store.uri}\n\n{table}\n\nReport: {report.out / 'report.md'}\n\n{pictures}\n"

@@ -35,10 +35,9 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from coevolve.envs.base import EpisodeScore
+from coevolve.types import EpisodeScore
 
 PARTIAL_SCALE = 0.5  # most a failed turn can earn, reproducing all of its reference calls
 FORMAT_WEIGHT = 0.1  # weight of the well-formed-call share in the training reward
@@ -133,8 +132,6 @@ def episode_score(
     """The ``EpisodeScore`` of an episode scored turn by turn: ``turn_passed`` / ``turn_progress``
     of the turns that ended, ``failure`` the first failed check ("" if none). It succeeds when
     every one of the ``n_turns`` turns ended and passed; turns never reached count as failed."""
-    from coevolve.envs.base import EpisodeScore  # the environments import this module
-
     reason = failure
     if len(turn_passed) < n_turns and not reason:
         reason = f"episode ended at turn {len(turn_passed)} of {n_turns}"

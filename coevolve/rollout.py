@@ -44,14 +44,18 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from coevolve.envs.base import Environment, Episode, EpisodeScore, Observation, ToolCall
+from coevolve.envs.base import Environment, Episode
+from coevolve.types import EpisodeScore, Observation, ToolCall
 from coevolve.policy.base import Generation, Message, Policy, Request, SamplingParams, open_stream
 from coevolve.policy.parsing import parse_tool_calls
 from coevolve.policy.prompts import SYSTEM_PROMPT
 from coevolve.reward import with_parse_errors
 from coevolve.tasks import Task
+
+if TYPE_CHECKING:
+    from coevolve.config import RunConfig
 
 
 @dataclass
@@ -286,6 +290,37 @@ class _Engine:
             tools=run.tools,
             finish_reason=run.finish,
         )
+
+
+def rollout_settings(cfg: "RunConfig", phase: str) -> dict[str, Any]:
+    """The keyword arguments of ``run_episodes`` that the run config sets for ``phase``.
+
+    ``"eval"`` follows BFCL's protocol: ``eval.temperature`` (``policy.top_p`` only when it
+    samples), ``eval.max_new_tokens``, ``eval.step_limit`` model messages per turn, and an
+    undecodable message ends the turn. Any other phase (validation's attempts) samples as the
+    policy does: ``policy.temperature``, ``top_p``, ``max_new_tokens`` and ``env.step_limit``.
+    Both take the run's seed, ``policy.batch_size`` and ``env.step_timeout_s``.
+    """
+    p = cfg.policy
+    if phase == "eval":
+        e = cfg.eval
+        top_p = p.top_p if e.temperature > 0 else 1.0
+        sampling = SamplingParams(
+            temperature=e.temperature, top_p=top_p, max_new_tokens=e.max_new_tokens, seed=cfg.seed
+        )
+        by_phase: dict[str, Any] = {"step_limit": e.step_limit, "parse_error_ends_turn": True}
+    else:
+        sampling = SamplingParams(
+            temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, seed=cfg.seed
+        )
+        by_phase = {"step_limit": cfg.env.step_limit}
+    return {
+        "sampling": sampling,
+        "batch_size": p.batch_size,
+        "seed": cfg.seed,
+        "step_timeout_s": cfg.env.step_timeout_s,
+        **by_phase,
+    }
 
 
 def run_episodes(

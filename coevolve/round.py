@@ -14,6 +14,7 @@ once the stage's outputs are written (``runs/<run>/round=<r>/<stage>.json``), an
 stage whose marker exists. Stage outputs are written to deterministically named parts,
 so a stage interrupted half-way simply runs again and overwrites: a rerun never
 duplicates rows. Prefect flows (``flows/``) call ``round_stages``, ``run_stage`` and ``record_round``.
+Stages announce themselves ("start", "done", "skip") on the event bus of ``coevolve.events``.
 """
 
 from __future__ import annotations
@@ -28,35 +29,15 @@ from typing import Any, Callable
 import pyarrow.dataset as ds
 
 from coevolve.config import RunConfig
-from coevolve.store import ConcurrentCommitError, S3Client, Store
+from coevolve.events import add_listener, emit, report_progress  # noqa: F401  (the first and last: re-exported)
+from coevolve.store import ConcurrentCommitError, Store
+from coevolve.store_open import open_run_store
 from coevolve.tasks import Task
 
 log = logging.getLogger("coevolve.round")
 
 STAGES = ("train", "signals", "explore", "abstract", "validate", "commit", "evaluate")
 SYNTH_STAGES = ("explore", "abstract", "validate", "commit")  # round 0
-
-# Listeners get (event, round, stage, info) with event in {"start", "progress", "done", "skip"}
-# ("progress" carries {"done", "total", "note"}): the CLI draws its live status from them,
-# flows turn them into Prefect logs and progress artifacts.
-Listener = Callable[[str, int, str, dict], None]
-_listeners: list[Listener] = []
-
-
-def add_listener(fn: Listener) -> Callable[[], None]:
-    _listeners.append(fn)
-    return lambda: _listeners.remove(fn)
-
-
-def _emit(event: str, round: int, stage: str, info: dict) -> None:
-    for fn in list(_listeners):
-        fn(event, round, stage, info)
-
-
-def report_progress(round: int, stage: str, done: int, total: int, note: str = "") -> None:
-    """Tell the listeners that ``done`` of ``total`` units of a running stage are finished
-    (training steps, exploration contexts, validation candidates)."""
-    _emit("progress", round, stage, {"done": done, "total": total, "note": note})
 
 
 @dataclass
@@ -97,12 +78,6 @@ class RoundContext:
 
 
 # ----------------------------------------------------------------------------- seeding
-def open_run_store(cfg: RunConfig) -> Store:
-    store = Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region, client=S3Client.of(cfg.s3))
-    store.check_reachable()
-    return store
-
-
 def round_stages(store: Store, cfg: RunConfig, round: int) -> tuple[str, ...]:
     """The stages of ``round``. Round 0 synthesizes the seed pool; it is skipped (no stages)
     when the store already holds a pool that this run's round 0 did not start (a pool
@@ -292,14 +267,14 @@ def run_stage(store: Store, cfg: RunConfig, round: int, stage: str, impl: StageI
     ctx = RoundContext(store, cfg, round)
     done = ctx.marker(stage)
     if done is not None:
-        _emit("skip", round, stage, done)
+        emit("skip", round, stage, done)
         return done
-    _emit("start", round, stage, {})
+    emit("start", round, stage, {})
     t0 = time.perf_counter()
     summary = (impl or _STAGE_FUNCS[stage])(ctx)
     summary["seconds"] = round_seconds(time.perf_counter() - t0)
     store.mark_stage(ctx.run_id, round, stage, summary)
-    _emit("done", round, stage, summary)
+    emit("done", round, stage, summary)
     log.info("round %d %s: %s", round, stage, summary)
     return summary
 

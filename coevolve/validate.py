@@ -39,6 +39,13 @@ before the first colon. The part is rewritten, never appended to.
 
     table = validate(store, cfg, run_id, round, policy_path)
     summary = summarize_candidates(table)
+
+Pass 2 may run elsewhere: ``validate(..., pass2=...)`` runs pass 1 here, in order (each
+candidate is deduplicated against the ones before it), and hands the specs that passed to
+``pass2``, which returns their verdicts and the attempts' rollouts in order. ``pass2_specs``
+is pass 2 on any list of specs, in any process: the flows cut the specs into chunks and run
+``pass2_specs`` on each as a Prefect task on Ray or Dask (``flows/fanout.py``); the store
+ends up with the same rows as in-process.
 """
 
 from __future__ import annotations
@@ -54,7 +61,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from coevolve.config import ConfigError, RunConfig
-from coevolve.envs.base import Environment, EpisodeScore, ToolCall
+from coevolve.envs.base import Environment
+from coevolve.types import EpisodeScore, ToolCall
 from coevolve.explorers.base import observed_error
 from coevolve.quality import quality_reason
 from coevolve.registry import register, resolve
@@ -230,32 +238,21 @@ Solver = Callable[[list[Task]], list[Attempts]]
 
 def _episode_solver(policy: Any, cfg: RunConfig, store: Store | None, run_id: str, round: int) -> Solver:
     """``attempts`` episodes of every task, batched through the rollout engine."""
-    from coevolve.policy.base import SamplingParams
-    from coevolve.rollout import run_episodes
+    from coevolve.rollout import rollout_settings, run_episodes
 
     def solve(tasks: list[Task]) -> list[Attempts]:
         if not tasks:
             return []
         env = resolve("environment", cfg.env.name)()
-        sampling = SamplingParams(
-            temperature=cfg.policy.temperature,
-            top_p=cfg.policy.top_p,
-            max_new_tokens=cfg.policy.max_new_tokens,
-            seed=cfg.seed,
-        )
         results = run_episodes(
             policy,
             env,
             tasks,
             n_samples=cfg.validate_.attempts,
-            sampling=sampling,
-            step_limit=cfg.env.step_limit,
             phase="validate",
             run_id=run_id,
             round=round,
-            batch_size=cfg.policy.batch_size,
-            seed=cfg.seed,
-            step_timeout_s=cfg.env.step_timeout_s,
+            **rollout_settings(cfg, "validate"),
         )
         if store is not None:  # the attempts are rollouts like any other (phase "validate")
             store.write("rollouts", round, f"{run_id}-validate", [row for r in results for row in r.steps])
@@ -320,6 +317,49 @@ def learnable(a: Attempts, drop_solved: bool) -> dict[str, Any]:
     }
 
 
+def pass2_verdicts(solver: Solver, tasks: list[Task], vcfg: Any) -> list[dict[str, Any]]:
+    """Pass 2's verdict fields of each of ``tasks``, in order (``vcfg``: ``cfg.validate_``). A
+    solver that fails (e.g. its endpoint is down) rejects them all, saying so: the round goes on."""
+    try:
+        attempts = solver(tasks)
+    except Exception as exc:
+        log.exception("validation solver %r failed", vcfg.solver)
+        reason = f"pass 2 solver: {vcfg.solver} failed: {type(exc).__name__}: {str(exc)[:200]}"
+        return [{"verdict": "rejected", "reason": reason} for _ in tasks]
+    return [learnable(a, vcfg.drop_solved) for a in attempts]
+
+
+class RolloutSink:
+    """Where a solver writes away from the store (its attempts' rollouts), kept for the stage
+    to write once."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def write(self, table: str, round: int, part: str, rows: list[dict]) -> int:
+        assert table == "rollouts", f"a solver wrote to {table}"
+        self.rows += list(rows)
+        return len(rows)
+
+
+# Pass 2 run elsewhere: the specs of the candidates pass 1 let through, in order, in; the
+# verdict fields of each ({} = pass 1's verdict stands) and the attempts' rollout rows out.
+Pass2 = Callable[[list[str]], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
+
+
+def pass2_specs(
+    cfg: RunConfig, run_id: str, round: int, policy_path: str | None, specs: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pass 2 on ``specs`` (task specs that passed pass 1, e.g. one chunk of a fan-out), in any
+    process: the verdict fields of each ({} for all when the solver has nothing to attempt with:
+    pass 1's verdicts stand) and the attempts' rollout rows, for the stage to write."""
+    sink = RolloutSink()
+    solver = resolve("solver", cfg.validate_.solver)(cfg, sink, run_id, round, policy_path)
+    if solver is None:
+        return [{} for _ in specs], []
+    return pass2_verdicts(solver, [Task.from_json(s) for s in specs], cfg.validate_), sink.rows
+
+
 # ----------------------------------------------------------------------------- the pass
 def validate_rows(
     rows: list[dict[str, Any]],
@@ -362,24 +402,19 @@ def validate_rows(
         for i, _ in passed:
             out[i].update(verdict="accepted", reason="accepted: pass 1 (no policy to attempt it yet: pass 2 skipped)")
         return out
-    try:
-        attempts = solver([t for _, t in passed])
-    except Exception as exc:  # e.g. the solver's endpoint is down: the candidates say so, the round goes on
-        log.exception("validation solver %r failed", vcfg.solver)
-        reason = f"pass 2 solver: {vcfg.solver} failed: {type(exc).__name__}: {str(exc)[:200]}"
-        for i, _ in passed:
-            out[i].update(verdict="rejected", reason=reason)
-        return out
-    for (i, _), a in zip(passed, attempts):
-        out[i].update(learnable(a, vcfg.drop_solved))
+    for (i, _), verdict in zip(passed, pass2_verdicts(solver, [t for _, t in passed], vcfg)):
+        out[i].update(verdict)
     return out
 
 
-def validate(store: Store, cfg: RunConfig, run_id: str, round: int, policy_path: str | None) -> pa.Table:
+def validate(
+    store: Store, cfg: RunConfig, run_id: str, round: int, policy_path: str | None, pass2: Pass2 | None = None
+) -> pa.Table:
     """Validate this round's candidates; rewrite their part with verdicts; return the table.
 
     ``policy_path``: the round's policy checkpoint for pass 2, or None (no trained policy yet:
-    the 'policy' solver skips pass 2).
+    the 'policy' solver skips pass 2). ``pass2``: where pass 2 runs (see the module's docstring);
+    None = here, with the solver of ``validate.solver``.
     """
     part = f"{run_id}-candidates"
     rows = store.read("candidates", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
@@ -387,13 +422,40 @@ def validate(store: Store, cfg: RunConfig, run_id: str, round: int, policy_path:
         r.pop("round", None)
     rows.sort(key=lambda r: r["candidate_id"])
     env = resolve("environment", cfg.env.name)()
-    pending = any(not r.get("verdict") for r in rows)
-    # the solver (a model) is loaded only when some candidate may need it
-    solver = resolve("solver", cfg.validate_.solver)(cfg, store, run_id, round, policy_path) if pending else None
-    out = validate_rows(rows, store.pool_tasks().to_pylist(), env, cfg, solver)
+    pool_rows = store.pool_tasks().to_pylist()
+    if pass2 is None:
+        pending = any(not r.get("verdict") for r in rows)
+        # the solver (a model) is loaded only when some candidate may need it
+        solver = resolve("solver", cfg.validate_.solver)(cfg, store, run_id, round, policy_path) if pending else None
+        out = validate_rows(rows, pool_rows, env, cfg, solver)
+    else:
+        out = _validate_elsewhere(store, run_id, round, rows, pool_rows, env, cfg, pass2)
     table = to_table("candidates", out)
     store.write("candidates", round, part, table)
     return table
+
+
+def _validate_elsewhere(
+    store: Store,
+    run_id: str,
+    round: int,
+    rows: list[dict[str, Any]],
+    pool_rows: list[dict[str, Any]],
+    env: Environment,
+    cfg: RunConfig,
+    pass2: Pass2,
+) -> list[dict[str, Any]]:
+    """Pass 1 here, in order; pass 2 by ``pass2`` on what pass 1 let through; its attempts'
+    rollouts written once, as the in-process solver writes them."""
+    pending = {i for i, r in enumerate(rows) if not r.get("verdict")}
+    out = validate_rows(rows, pool_rows, env, cfg, solver=None)  # pass 1 only
+    passed = [i for i in sorted(pending) if out[i]["verdict"] == "accepted"]
+    if passed:
+        verdicts, rollouts = pass2([rows[i]["spec"] for i in passed])
+        for i, verdict in zip(passed, verdicts, strict=True):
+            out[i].update(verdict)
+        store.write("rollouts", round, f"{run_id}-validate", rollouts)
+    return out
 
 
 def summarize_candidates(table: pa.Table) -> dict[str, Any]:

@@ -18,8 +18,10 @@ from prefect.artifacts import create_markdown_artifact
 
 from coevolve.ablate import ablation_store, find_run, is_done, plan, record_run, summary, zero_shot_row
 from coevolve.config import RunConfig, load_config
-from coevolve.round import open_run_store, run_stage
 from coevolve.report import ablation_markdown
+from coevolve.round import run_stage
+from coevolve.store_open import open_run_store
+from flows.artifacts import artifact_key
 from flows.evolve import round_flow
 
 
@@ -82,20 +84,17 @@ def ablate_flow(
             continue
         condition_flow.with_options(name=f"coevolve-{run.run_id}")(plan_args, run.run_id)
     df = summary(st)
-    publish_ablation(st, df)
+    publish_ablation(st, df, cfg.s3)
     return df
 
 
-def publish_ablation(store, df) -> None:
-    """The ablation's Markdown artifact: the summary table and the report's pictures."""
-    markdown = ablation_markdown(store, df)
-    create_markdown_artifact(key=_key(store.uri), markdown=markdown, description="coevolve ablation summary")
-
-
-def _key(uri: str) -> str:
-    import re
-
-    return ("ablation-" + re.sub(r"[^a-z0-9-]+", "-", uri.lower()).strip("-"))[:100]
+def publish_ablation(store, df, s3=None) -> None:
+    """The ablation's Markdown artifact: the summary table and the report's pictures (``s3``:
+    the S3 settings its runs' sub-stores are read with)."""
+    markdown = ablation_markdown(store, df, s3=s3)
+    create_markdown_artifact(
+        key=artifact_key("ablation", store.uri), markdown=markdown, description="coevolve ablation summary"
+    )
 
 
 if __name__ == "__main__":

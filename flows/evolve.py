@@ -6,9 +6,9 @@
 A lineage is a run name in a store. ``evolve`` with ``rounds_per_run = 0`` runs (or resumes)
 rounds 1..``rounds`` of the config, as ``coevolve run`` does; with ``rounds_per_run = n`` it
 continues the lineage: the n rounds after the last finished one (the nightly deployment in
-``deployments/prefect.yaml``: night 1 runs rounds 1-2, night 2 rounds 3-4). Round 0 (the seed
-pool's synthesis: explore -> abstract -> validate -> commit) runs first when the store has
-no pool. A run finds another run of the same lineage still in progress (Prefect flow runs
+``deployments/prefect.yaml``: night 1 runs rounds 1-2, night 2 rounds 3-4), as planned by
+``coevolve.lineage.plan_lineage``. Round 0 (the seed pool's synthesis: explore -> abstract ->
+validate -> commit) runs first when the store has no pool. A run finds another run of the same lineage still in progress (Prefect flow runs
 tagged ``lineage:<run>:<store hash>``) and then does nothing but say so in its log.
 
 Each round is a subflow run named ``<run> round <r>``; each stage is a task that calls
@@ -22,18 +22,18 @@ when it ends. Exploration and validation fan out over Prefect tasks on Ray or Da
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
-import pyarrow.dataset as ds
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import Field
 
-from coevolve.config import ConfigError, RunConfig, load_config
-from coevolve.round import last_finished_round, open_run_store, record_round, round_stages, run_stage
-from coevolve.store import StoreError
+from coevolve.config import RunConfig
+from coevolve.lineage import plan_lineage
+from coevolve.round import record_round, round_stages, run_stage
+from coevolve.store_open import open_run_store
+from flows.artifacts import artifact_key
 from flows.progress import FIRST_LOOK, StageProgress, round_summary_markdown
 
 # Training is long and restarts from the round's start; the other stages are cheap to retry.
@@ -86,10 +86,6 @@ def round_flow(config: dict[str, Any], round: int) -> dict | None:
     return row
 
 
-def _artifact_key(*parts: Any) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", "-".join(str(p) for p in parts).lower()).strip("-")[:100]
-
-
 @task(name="publish-round")
 def publish_round_task(config: dict[str, Any], round: int, row: dict) -> None:
     """The round's Markdown artifact: a sentence and the first-look table, then the run's
@@ -105,7 +101,7 @@ def publish_round_task(config: dict[str, Any], round: int, row: dict) -> None:
         get_run_logger().warning("round %d: no report pictures: %s", round, exc)
         details = ""
     create_markdown_artifact(
-        key=_artifact_key("coevolve", cfg.run_name, "round", round),
+        key=artifact_key("coevolve", cfg.run_name, "round", round),
         markdown=f"# {cfg.run_name}: round {round} summary\n\n{summary}\n{details}",
         description=f"coevolve {cfg.run_name}: round {round} summary",
     )
@@ -152,42 +148,6 @@ def lineage_in_progress(cfg: RunConfig) -> Any:
     return earlier[0] if earlier else None
 
 
-def resolve_config(
-    config: str, rounds_per_run: int, store: str, run_name: str, overrides: dict[str, Any]
-) -> tuple[RunConfig, list[int]]:
-    """The run's config and the rounds it runs. Empty parameters never override the config
-    file; any bad value raises ``ConfigError`` naming it, before anything is written."""
-    given = {"store": store.strip(), "run_name": run_name.strip()}
-    dotted = {**{k: v for k, v in given.items() if v}, **(overrides or {})}
-    if rounds_per_run < 0:
-        raise ConfigError(f"rounds_per_run must be >= 0, not {rounds_per_run}")
-    if rounds_per_run and "rounds" in dotted:
-        raise ConfigError("set either rounds_per_run or overrides['rounds'], not both")
-    cfg = load_config(config.strip() or None, dotted)
-    from coevolve.registry import check_plugins
-
-    check_plugins(cfg)
-    try:
-        run_store = open_run_store(cfg)
-    except StoreError as exc:
-        raise ConfigError(f"store {cfg.store!r}: {exc}") from None
-    if not rounds_per_run:
-        return cfg, list(range(0, cfg.rounds + 1))
-    last = last_finished_round(run_store, cfg.run_name)
-    cfg.rounds = last + rounds_per_run
-    first = [] if run_store.stage_done(cfg.run_name, 0, "commit") is not None else [0]
-    # a run killed between the last round's final marker and its `rounds` row: write the row
-    # (every stage of that round is skipped as done)
-    if (
-        last
-        and not run_store.read(
-            "rounds", filter=(ds.field("run_id") == cfg.run_name) & (ds.field("round") == last), columns=["run_id"]
-        ).num_rows
-    ):
-        first.append(last)
-    return cfg, first + list(range(last + 1, last + rounds_per_run + 1))
-
-
 @flow(name="coevolve-evolve", log_prints=True)
 def evolve(
     config: str = "",
@@ -214,7 +174,7 @@ def evolve(
             "explore.explorer": "random"}. Empty = the config file as it is.
     """
     log = get_run_logger()
-    cfg, rounds = resolve_config(config, rounds_per_run, store, run_name, overrides)
+    cfg, rounds = plan_lineage(config, rounds_per_run, store, run_name, overrides)
     busy = lineage_in_progress(cfg)
     if busy is not None:
         log.warning(
@@ -238,7 +198,7 @@ def evolve(
     rows = [row for r in rounds if (row := round_flow(config_dict, r)) is not None]
     if rows:
         create_table_artifact(
-            key=_artifact_key("coevolve", cfg.run_name),
+            key=artifact_key("coevolve", cfg.run_name),
             table=[{"round": row["round"], **{h: row.get(k) for h, k in FIRST_LOOK if k}} for row in rows],
             description=f"coevolve run {cfg.run_name}: the rounds of this run",
         )

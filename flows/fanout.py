@@ -9,10 +9,10 @@ rounds 1..N cuts the round's contexts into chunks and the validate stage cuts pa
 solver's attempts, the expensive part) into chunks of candidates; each chunk is a Prefect task
 on the engine, calling the same library functions the in-process stage calls
 (``coevolve.explore``: ``round_contexts``, ``run_sessions``, ``session_rows``;
-``coevolve.validate``: ``validate_rows``, the solver, ``learnable``). Results are joined in the
-original order and written once by the stage, so the store holds the same rows as in-process;
-pass 1 (safety, duplicates, replay) stays in order in the stage, since each candidate is
-deduplicated against the ones before it. Round 0 (mechanical checks only) stays in-process.
+``coevolve.validate``: ``validate(..., pass2=...)`` with ``pass2_specs`` on each chunk). Results
+are joined in the original order and written once by the stage, so the store holds the same rows
+as in-process; pass 1 (safety, duplicates, replay) stays in order in the stage, since each
+candidate is deduplicated against the ones before it. Round 0 (mechanical checks only) stays in-process.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-import pyarrow.dataset as ds
 from prefect import flow, task
 
 from coevolve.config import RunConfig
 from coevolve.registry import resolve
-from coevolve.round import RoundContext, report_progress
-from coevolve.schemas import to_table
+from coevolve.events import report_progress
+from coevolve.round import RoundContext
 
 
 # ----------------------------------------------------------------------------- engines
@@ -127,40 +126,14 @@ def explore_fanout(ctx: RoundContext) -> dict:
 
 
 # ----------------------------------------------------------------------------- validate
-class _Collect:
-    """What a solver writes (its attempts' rollouts), kept for the stage to write once."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-
-    def write(self, table: str, round: int, part: str, rows: list[dict]) -> int:
-        assert table == "rollouts", f"a solver wrote to {table}"
-        self.rows += list(rows)
-        return len(rows)
-
-
 @task(name="validate-chunk", retries=1)
 def validate_chunk(
     config: dict[str, Any], run_id: str, round: int, policy_path: str | None, specs: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Pass 2 on a chunk of the candidates that passed pass 1 (task specs, in order): the
-    verdict fields of each ({} = pass 1's stands: the solver has nothing to attempt with),
-    and the attempts' rollout rows."""
-    from coevolve.tasks import Task
-    from coevolve.validate import learnable
+    """Pass 2 on a chunk of the candidates that passed pass 1 (``coevolve.validate.pass2_specs``)."""
+    from coevolve.validate import pass2_specs
 
-    cfg = RunConfig.from_dict(config)
-    sink = _Collect()
-    solver = resolve("solver", cfg.validate_.solver)(cfg, sink, run_id, round, policy_path)
-    if solver is None:  # nothing to attempt with: pass 1's verdicts stand
-        return [{} for _ in specs], []
-    tasks = [Task.from_json(s) for s in specs]
-    try:
-        attempts = solver(tasks)
-    except Exception as exc:  # as in validate_rows: the candidates say so, the round goes on
-        reason = f"pass 2 solver: {cfg.validate_.solver} failed: {type(exc).__name__}: {str(exc)[:200]}"
-        return [{"verdict": "rejected", "reason": reason} for _ in tasks], sink.rows
-    return [learnable(a, cfg.validate_.drop_solved) for a in attempts], sink.rows
+    return pass2_specs(RunConfig.from_dict(config), run_id, round, policy_path, specs)
 
 
 @flow(name="coevolve-validate-fanout", flow_run_name="validate fan-out, round {round}")
@@ -177,35 +150,18 @@ def validate_fanout_flow(
 
 
 def validate_fanout(ctx: RoundContext) -> dict:
-    """The validate stage of rounds 1..N: pass 1 in order here, pass 2 in chunks on the engine."""
-    from coevolve.validate import summarize_candidates, validate_rows
+    """The validate stage of rounds 1..N: pass 1 in order in the stage, pass 2 in chunks on the engine."""
+    from coevolve.validate import summarize_candidates, validate
 
-    cfg, store = ctx.cfg, ctx.store
-    part = f"{ctx.run_id}-candidates"
-    rows = store.read(
-        "candidates", filter=(ds.field("run_id") == ctx.run_id) & (ds.field("round") == ctx.round)
-    ).to_pylist()
-    for r in rows:
-        r.pop("round", None)
-    rows.sort(key=lambda r: r["candidate_id"])
-    pending = {i for i, r in enumerate(rows) if not r.get("verdict")}
-    env = resolve("environment", cfg.env.name)()
-    out = validate_rows(rows, store.pool_tasks().to_pylist(), env, cfg, solver=None)  # pass 1 only
+    cfg = ctx.cfg
     policy_path = ctx.policy_out()
-    # pass 2 for what pass 1 let through, unless the solver factory has nothing to attempt with
-    passed = [i for i in sorted(pending) if out[i]["verdict"] == "accepted"]
-    if passed:
-        chunks = split(passed, n_chunks(cfg, len(passed)))
+
+    def pass2(specs: list[str]) -> tuple[list[dict], list[dict]]:
+        chunks = split(specs, n_chunks(cfg, len(specs)))
         runner = ENGINES[cfg.fanout.engine](cfg)
         results = validate_fanout_flow.with_options(task_runner=runner)(
-            cfg.to_dict(), ctx.run_id, ctx.round, policy_path, [[rows[i]["spec"] for i in c] for c in chunks]
+            cfg.to_dict(), ctx.run_id, ctx.round, policy_path, chunks
         )
-        rollouts = []
-        for chunk, (verdicts, attempts) in zip(chunks, results, strict=True):
-            for i, verdict in zip(chunk, verdicts, strict=True):
-                out[i].update(verdict)
-            rollouts += attempts
-        store.write("rollouts", ctx.round, f"{ctx.run_id}-validate", rollouts)
-    table = to_table("candidates", out)
-    store.write("candidates", ctx.round, part, table)
-    return summarize_candidates(table)
+        return [v for verdicts, _ in results for v in verdicts], [r for _, rows in results for r in rows]
+
+    return summarize_candidates(validate(ctx.store, cfg, ctx.run_id, ctx.round, policy_path, pass2=pass2))

@@ -3,7 +3,7 @@
     with StageProgress(cfg, round, stage):    # inside a Prefect task
         run_stage(...)
 
-``StageProgress`` listens to ``coevolve.round``'s events for one stage and turns them into
+``StageProgress`` listens to the stage events (``coevolve.events``) for one stage and turns them into
 readable log lines and a progress artifact (0-100 %). Training reports no events of its own,
 so while the ``train`` stage runs a thread reads the round's ``train_steps`` rows from the
 store every few seconds (any trainer that logs its steps there is covered) and reports
@@ -15,7 +15,6 @@ round publishes when it ends.
 from __future__ import annotations
 
 import contextvars
-import re
 import threading
 from typing import Any, Callable
 
@@ -24,8 +23,9 @@ from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from coevolve.config import RunConfig
-from coevolve.round import add_listener
+from coevolve.events import add_listener
 from coevolve.store import Store
+from flows.artifacts import artifact_key
 
 TRAIN_POLL_S = 5.0  # how often the train stage's progress reads the store
 
@@ -64,9 +64,10 @@ class StageProgress:
             )
         elif event == "start":
             self.log.info("round %d %s: started", round, stage)
-            key = re.sub(r"[^a-z0-9-]+", "-", f"progress-{self.cfg.run_name}-round-{round}-{stage}".lower())
             self.artifact_id = create_progress_artifact(
-                progress=0.0, key=key.strip("-")[:100], description=f"{self.cfg.run_name}: round {round} {stage}"
+                progress=0.0,
+                key=artifact_key("progress", self.cfg.run_name, "round", round, stage),
+                description=f"{self.cfg.run_name}: round {round} {stage}",
             )
             if stage == "train":
                 self._watch_training()

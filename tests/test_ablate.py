@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from coevolve.ablate import CONDITIONS, plan
-from coevolve.cli import app
+from flows.cli import app
 from coevolve.config import ConfigError, load_config
 from coevolve.round import run_stage
 from coevolve.store import Store

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_sigkilled_run_leaves_no_prefect_server(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1", PREFECT_HOME=str(tmp_path / "prefect"))
-    cmd = [sys.executable, "-m", "coevolve.cli", "run", "--config", "configs/tiny.yaml", "--store", str(tmp_path / "s")]
+    cmd = [sys.executable, "-m", "flows", "run", "--config", "configs/tiny.yaml", "--store", str(tmp_path / "s")]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         server = None

@@ -68,7 +68,7 @@ def test_cli_rejects_a_bad_run_name_before_writing(tmp_path):
         [
             sys.executable,
             "-m",
-            "coevolve.cli",
+            "flows",
             "run",
             "--config",
             "configs/tiny.yaml",

@@ -108,7 +108,7 @@ def test_sigkill_then_resume_completes_without_duplicates(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "coevolve.cli",
+        "flows",
         "run",
         "--config",
         TINY,

@@ -170,11 +170,11 @@ def test_a_run_of_a_lineage_in_progress_does_nothing(prefect_harness, tmp_path):
 
 def test_empty_parameters_keep_the_config_and_bad_ones_name_the_field(tmp_path):
     from coevolve.config import ConfigError
-    from flows.evolve import resolve_config
+    from coevolve.lineage import plan_lineage
 
-    cfg, rounds = resolve_config(TINY, 0, "", "  ", {})
+    cfg, rounds = plan_lineage(TINY, 0, "", "  ", {})
     assert (cfg.run_name, cfg.store, cfg.rounds, rounds) == ("tiny", ".coevolve/store", 2, [0, 1, 2])
-    cfg, rounds = resolve_config(TINY, 3, str(tmp_path / "s"), "night", {"train.steps": 1})
+    cfg, rounds = plan_lineage(TINY, 3, str(tmp_path / "s"), "night", {"train.steps": 1})
     assert (cfg.run_name, cfg.rounds, cfg.train.steps, rounds) == ("night", 3, 1, [0, 1, 2, 3])
     for bad, field in [
         ((TINY, 1, "", "", {"train.stepz": 1}), "train.stepz"),
@@ -183,21 +183,21 @@ def test_empty_parameters_keep_the_config_and_bad_ones_name_the_field(tmp_path):
         ((TINY, 1, "", "", {"rounds": 4}), "rounds_per_run"),
     ]:
         with pytest.raises(ConfigError, match=field):
-            resolve_config(*bad)
+            plan_lineage(*bad)
 
 
 def test_continuing_starts_after_the_last_finished_round(tmp_path):
     """Round r is finished when its last stage's marker exists; a missing `rounds` row of the last
     finished round (a kill between the two) brings that round back, to write the row only."""
     from coevolve.store import Store
-    from flows.evolve import resolve_config
+    from coevolve.lineage import plan_lineage
 
     store = Store(str(tmp_path / "s"))
-    assert resolve_config(TINY, 2, store.uri, "", {})[1] == [0, 1, 2]
+    assert plan_lineage(TINY, 2, store.uri, "", {})[1] == [0, 1, 2]
     store.mark_stage("tiny", 0, "commit", {})
     store.mark_stage("tiny", 1, "evaluate", {})
     store.mark_stage("tiny", 3, "evaluate", {})  # not contiguous: round 2 never finished
-    assert resolve_config(TINY, 2, store.uri, "", {})[1] == [1, 2, 3]
+    assert plan_lineage(TINY, 2, store.uri, "", {})[1] == [1, 2, 3]
     store.write("rounds", 1, "tiny", [{"run_id": "tiny"}])
-    cfg, rounds = resolve_config(TINY, 2, store.uri, "", {})
+    cfg, rounds = plan_lineage(TINY, 2, store.uri, "", {})
     assert rounds == [2, 3] and cfg.rounds == 3

@@ -58,7 +58,7 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
     from prefect.client.schemas.sorting import LogSort
 
     from coevolve.config import load_config
-    from coevolve.round import _emit
+    from coevolve.events import emit
 
     started = datetime.now(timezone.utc)
     from coevolve.store import Store
@@ -70,7 +70,7 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
     @task
     def fake_training() -> None:
         with StageProgress(store, cfg, 1, "train", poll_s=0.2):
-            _emit("start", 1, "train", {})
+            emit("start", 1, "train", {})
             for step in (1, 2):  # what a trainer writes after each GRPO step
                 store.write(
                     "train_steps",
@@ -79,7 +79,7 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
                     [{"run_id": "watched", "step": step, "loss": 0.5 / step, "reward_mean": 0.1 * step}],
                 )
                 time.sleep(0.8)
-            _emit(
+            emit(
                 "done",
                 1,
                 "train",
@@ -116,7 +116,7 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
 
 
 def test_a_run_logged_to_a_file_prints_a_line_per_stage_event():
-    from coevolve.cli.run import StageStatus
+    from flows.cli.run import StageStatus
 
     lines: list[str] = []
     status = StageStatus(log=lines.append, log_every_s=3600)
@@ -134,3 +134,13 @@ def test_a_run_logged_to_a_file_prints_a_line_per_stage_event():
         "round 2 signals: skipped (done) n=3",
     ]
     assert status.rows[(1, "train")] == ("done 12.5s", "steps=4")
+
+
+def test_one_artifact_key_for_every_flow():
+    from flows.artifacts import artifact_key
+
+    assert artifact_key("coevolve", "tiny", "round", 1) == "coevolve-tiny-round-1"
+    assert artifact_key("progress", "My.Run_2", "round", 0, "train") == "progress-my-run-2-round-0-train"
+    assert artifact_key("ablation", "/tmp/abl") == "ablation-tmp-abl"
+    assert artifact_key("ablation", "s3://bucket/abl/") == "ablation-s3-bucket-abl"
+    assert len(artifact_key("x", "y" * 200)) == 100

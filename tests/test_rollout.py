@@ -316,3 +316,25 @@ def test_bfcl_episodes_with_the_tiny_model_record_every_step(tiny_cfg, one_threa
         assert turns == list(range(len(turns)))
     assert to_table("rollouts", [s for r in first for s in r.steps]).num_rows == sum(len(r.steps) for r in first)
     assert [[s["observation"] for s in r.steps] for r in go()] == [[s["observation"] for s in r.steps] for r in first]
+
+
+def test_rollout_settings_of_evaluation_and_of_validation():
+    """Evaluation follows BFCL's protocol (eval.*); validation's attempts sample as the policy does."""
+    from coevolve.config import load_config
+    from coevolve.rollout import rollout_settings
+
+    cfg = load_config(
+        overrides={"eval.temperature": 0.0, "eval.step_limit": 20, "policy.top_p": 0.9, "env.step_limit": 4, "seed": 3}
+    )
+    ev, va = rollout_settings(cfg, "eval"), rollout_settings(cfg, "validate")
+    assert (ev["sampling"].temperature, ev["sampling"].top_p, ev["step_limit"], ev["parse_error_ends_turn"]) == (
+        0.0,
+        1.0,
+        20,
+        True,
+    )
+    assert ev["sampling"].max_new_tokens == cfg.eval.max_new_tokens and ev["sampling"].seed == 3
+    assert (va["sampling"].temperature, va["sampling"].top_p, va["step_limit"]) == (cfg.policy.temperature, 0.9, 4)
+    assert "parse_error_ends_turn" not in va and va["sampling"].max_new_tokens == cfg.policy.max_new_tokens
+    for s in (ev, va):
+        assert (s["seed"], s["batch_size"], s["step_timeout_s"]) == (3, cfg.policy.batch_size, cfg.env.step_timeout_s)

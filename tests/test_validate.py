@@ -214,6 +214,39 @@ def test_pass_two_is_skipped_without_a_policy(env, seed, tmp_path):
     assert store.read("rollouts").num_rows == 0  # no attempt was made
 
 
+def test_pass_two_elsewhere_gets_what_pass_one_let_through_in_order(env, seed, tmp_path):
+    """validate(..., pass2=...), the flows' fan-out: pass 1 runs here, in order; the specs it let
+    through go to ``pass2`` in candidate order; its verdicts land on them ({} keeps pass 1's)."""
+    from coevolve.store import Store
+    from coevolve.validate import pass2_specs
+
+    store = Store(str(tmp_path / "store"))
+    rows = [
+        _candidate(seed, ["Make temp."], [[MK]], "a"),
+        _candidate(seed, ["Where?", "Again?"], [[PWD], [PWD]], "b"),  # pass 1: no effect
+        _candidate(seed, ["Go to document.", "Make temp."], [[CD], [MK]], "c"),
+    ]
+    store.write("candidates", 1, "t-candidates", rows)
+    cfg = load_config(overrides={"store": store.uri, "run_name": "t"})
+    seen = []
+
+    def pass2(specs):
+        seen.append(specs)
+        return [{"verdict": "rejected", "reason": "pass 2 too easy: solved in all 2 attempts"}, {}], []
+
+    table = validate(store, cfg, "t", 1, "some-checkpoint", pass2=pass2)
+    assert seen == [[rows[0]["spec"], rows[2]["spec"]]]
+    got = {r["candidate_id"]: (r["verdict"], r["reason"].split(":")[0]) for r in table.to_pylist()}
+    assert got == {
+        "a": ("rejected", "pass 2 too easy"),
+        "b": ("rejected", "pass 1 no effect"),
+        "c": ("accepted", "accepted"),
+    }
+    # a chunk in a worker: no solver to attempt with keeps pass 1's verdicts, and writes nothing
+    none = load_config(overrides={"validate.solver": "none"})
+    assert pass2_specs(none, "t", 1, "some-checkpoint", [rows[0]["spec"]]) == ([{}], [])
+
+
 def test_safety_rules_and_config_errors_are_clear(seed):
     policy = SafetyPolicy(["rm"], [r"send_message.message~(?i)password", r"*.amount~^\d{7,}"])
     task = dataclasses.replace(seed, reference_actions=[[{"name": "fund_account", "arguments": {"amount": 12345678}}]])

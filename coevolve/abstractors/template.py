@@ -33,7 +33,8 @@ from typing import Any, Callable
 from coevolve.abstractors.base import Call, Run, describe
 from coevolve.abstractors.goals import GOALS, Goal, fallback_goal
 from coevolve.config import RunConfig
-from coevolve.envs.base import Environment, ToolCall
+from coevolve.envs.base import Environment
+from coevolve.types import ToolCall
 from coevolve.explorers.base import observed_error, result_data
 from coevolve.registry import register, resolve
 from coevolve.roles import RoleTable, ValuePool, param_roles

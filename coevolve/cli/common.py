@@ -52,21 +52,25 @@ def preflight(config: str | None, overrides: dict[str, Any]):
     the config, the plug-in names it uses, and that the store is reachable."""
     from coevolve.config import ConfigError
     from coevolve.registry import check_plugins
+    from coevolve.store_open import open_run_store
 
     cfg = load_config_or_fail(config, overrides)
     try:
         check_plugins(cfg)
-        Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region).check_reachable()
+        open_run_store(cfg)
     except (ConfigError, StoreError) as exc:
         fail(str(exc))
     return cfg
 
 
-def open_store_or_fail(uri: str, endpoint_url: str = "", region: str = "", must_exist: bool = True) -> Store:
-    """Open the store at ``uri``; exit with a clear message if it is unusable (or, for
+def open_store_or_fail(uri: str, s3: Any = None, must_exist: bool = True) -> Store:
+    """Open the store at ``uri`` with the S3 settings ``s3`` (a config's ``S3Config``; None: the
+    defaults, see ``coevolve.store_open``); exit with a clear message if it is unusable (or, for
     readers, if a local store does not exist yet)."""
+    from coevolve.store_open import store_at
+
     try:
-        store = Store(uri, endpoint_url=endpoint_url, region=region)
+        store = store_at(uri, s3)
         store.check_reachable()
         if must_exist and not store.is_s3 and not Path(store.root).is_dir():
             raise StoreError(f"no store at {store.root} (run `coevolve run --store {uri}` first)")

@@ -105,7 +105,8 @@ def eval_command(
     """Evaluate a policy (or the ground truth) on held-out entries; print BFCL accuracy per category."""
     from coevolve.evaluate import evaluate
     from coevolve.registry import resolve
-    from coevolve.store import Store, StoreError
+    from coevolve.store import StoreError
+    from coevolve.store_open import open_run_store
 
     cfg = load_config_or_fail(config, {"env.name": env_name, "policy.model": model, "store": store})
     try:
@@ -131,8 +132,7 @@ def eval_command(
     out = None
     if not no_store:
         try:
-            out = Store(cfg.store, endpoint_url=cfg.s3.endpoint_url, region=cfg.s3.region)
-            out.check_reachable()
+            out = open_run_store(cfg)
         except StoreError as exc:
             fail(str(exc))
     result = evaluate(out, cfg, run_id or cfg.run_name, round_, policy, tasks, env=env)

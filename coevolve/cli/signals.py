@@ -69,7 +69,7 @@ def signals(
 
     cfg = _signals_config(config, sets)
     run_id = run or cfg.run_name
-    st = open_store_or_fail(store or cfg.store, cfg.s3.endpoint_url, cfg.s3.region)
+    st = open_store_or_fail(store or cfg.store, cfg.s3)
     table = st.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round))
     if mine or table.num_rows == 0:
         table = mine_signals(st, cfg.signals, run_id, round)

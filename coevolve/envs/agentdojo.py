@@ -55,7 +55,8 @@ from coevolve import reward as rewards
 from coevolve.envs.agentdojo_goals import GOALS, goal_doc
 from coevolve.envs.agentdojo_roles import TABLE as ROLE_TABLE
 from coevolve.envs.agentdojo_roles import entities, listing_view, present, result_view
-from coevolve.envs.base import EnvironmentBase, EpisodeScore, Observation, ToolCall
+from coevolve.envs.base import EnvironmentBase
+from coevolve.types import EpisodeScore, Observation, ToolCall
 from coevolve.policy.prompts import render_tools
 from coevolve.registry import register
 from coevolve.roles import RoleTable

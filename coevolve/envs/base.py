@@ -26,6 +26,9 @@ Who calls what:
 ``success`` is the benchmark's verdict (what evaluation reports); ``reward`` is the training
 reward, defined in ``coevolve.reward`` from its parts ``progress`` and ``format``.
 
+The call and score types (``ToolCall``, ``Observation``, ``EpisodeScore``) live in
+``coevolve.types``, which every layer imports; they are re-exported here.
+
 ``EnvironmentBase`` gives the optional methods their defaults. The contract test suite,
 ``tests/test_env_contract.py``, runs over every registered environment: an implementer runs
 ``pytest tests/test_env_contract.py -k <name>``.
@@ -33,39 +36,16 @@ reward, defined in ``coevolve.reward`` from its parts ``progress`` and ``format`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from coevolve.tasks import Task
+from coevolve.types import EpisodeScore, Observation, ToolCall
+
+__all__ = ["Environment", "EnvironmentBase", "Episode", "EpisodeScore", "Observation", "ToolCall"]
 
 if TYPE_CHECKING:
     from coevolve.roles import RoleTable
     from coevolve.safety import SafetyProfile
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    arguments: dict[str, Any]
-
-
-@dataclass
-class Observation:
-    content: str  # what the agent sees (a JSON string or an error message)
-    error: str | None = None  # set when the call failed (unknown function, bad args, exception, domain error)
-
-
-@dataclass
-class EpisodeScore:
-    success: bool  # as the benchmark scores the episode
-    reward: float  # training reward in [0, 1] (coevolve.reward.training_reward of the parts below)
-    turn_passed: list[bool] = field(default_factory=list)
-    reason: str = ""  # why it failed (first failing check), "" on success
-    # Parts of the reward (coevolve.reward); None where an environment scores only `reward`.
-    progress: float | None = None  # per-turn pass or reproduced share of the reference, x0.5 if failed
-    format: float | None = None  # share of well-formed call attempts
-    n_calls: int = 0  # call attempts seen (the engine adds unparseable messages)
-    n_malformed: int = 0  # attempts that were not well formed
 
 
 class Episode(Protocol):

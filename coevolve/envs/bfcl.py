@@ -46,7 +46,8 @@ import mpmath
 # bfcl_data first: it points BFCL_PROJECT_ROOT away from site-packages before bfcl_eval loads.
 from coevolve.envs import bfcl_data
 from coevolve import reward as rewards
-from coevolve.envs.base import EnvironmentBase, EpisodeScore, Observation, ToolCall
+from coevolve.envs.base import EnvironmentBase
+from coevolve.types import EpisodeScore, Observation, ToolCall
 from coevolve.envs.bfcl_roles import TABLE as ROLE_TABLE
 from coevolve.roles import RoleTable
 from coevolve.registry import register

@@ -12,7 +12,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from coevolve.envs.base import Environment, Episode, Observation, ToolCall
+from coevolve.envs.base import Environment, Episode
+from coevolve.types import Observation, ToolCall
 from coevolve.tasks import Task
 
 

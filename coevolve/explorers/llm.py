@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from coevolve.config import RunConfig
-from coevolve.envs.base import ToolCall
+from coevolve.types import ToolCall
 from coevolve.explorers.base import Session
 from coevolve.registry import register
 

@@ -11,7 +11,7 @@ from guided exploration only in where it starts and what it calls.
 
 from __future__ import annotations
 
-from coevolve.envs.base import ToolCall
+from coevolve.types import ToolCall
 from coevolve.explorers.base import Session
 from coevolve.explorers.rule import RuleExplorer
 from coevolve.registry import register

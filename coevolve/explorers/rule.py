@@ -33,7 +33,7 @@ from typing import Any
 
 from coevolve.abstractors.goals import goal_for, mentioned_params
 from coevolve.config import RunConfig
-from coevolve.envs.base import ToolCall
+from coevolve.types import ToolCall
 from coevolve.explorers.base import Session, result_data
 from coevolve.registry import register
 from coevolve.roles import ParamRole, RoleTable, ValuePool, param_roles, role_problem, tokens

@@ -7,18 +7,14 @@
 The built-in backends are registered here (registry kind "policy") as factories that import
 their module on first use, so importing ``coevolve.policy.*`` stays cheap (the local backend
 pulls in torch and transformers, seconds on a CPU) for code that only needs the parser,
-the prompts or the replay policy.
+the prompts or the replay policy. The backends import the package's ground floor,
+``coevolve.policy.base`` (the interface and ``row_seed``), never the package itself.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import random
-from typing import Any
-
 from coevolve.config import PolicyConfig
-from coevolve.policy.base import Generation, Message, Policy, SamplingParams
+from coevolve.policy.base import Generation, Message, Policy, SamplingParams, row_seed
 from coevolve.registry import register, resolve
 
 __all__ = ["Generation", "Message", "Policy", "SamplingParams", "load_policy", "row_seed"]
@@ -45,16 +41,3 @@ def load_policy(cfg: PolicyConfig, checkpoint: str | None = None) -> Policy:
     the policy's ``version`` is what was loaded, recorded as ``rollouts.policy_version``.
     """
     return resolve("policy", cfg.backend)(cfg, checkpoint)
-
-
-def row_seed(seed: int | None, meta: dict[str, Any] | None, index: int) -> int:
-    """Seed of one conversation's generation: a hash of the call's seed and where the
-    conversation stands (``meta``: task, sample, turn, step; else its index in the call).
-
-    31 bits, what OpenAI-compatible endpoints accept, so every backend draws the same seeds;
-    a random seed when ``seed`` is None.
-    """
-    if seed is None:
-        return random.getrandbits(31)
-    where = json.dumps(meta, sort_keys=True, default=str) if meta else str(index)
-    return int.from_bytes(hashlib.sha256(f"{seed}|{where}".encode()).digest()[:4], "little") >> 1

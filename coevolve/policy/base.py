@@ -12,6 +12,9 @@ generates everything submitted in one ``chat`` call.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import random
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -166,3 +169,16 @@ def open_stream(policy: Policy, sampling: SamplingParams) -> GenerationStream:
     """The policy's own stream (``policy.stream(sampling)``) where it has one, else a ``ChatStream``."""
     stream = getattr(policy, "stream", None)
     return stream(sampling) if callable(stream) else ChatStream(policy, sampling)
+
+
+def row_seed(seed: int | None, meta: dict[str, Any] | None, index: int) -> int:
+    """Seed of one conversation's generation: a hash of the call's seed and where the
+    conversation stands (``meta``: task, sample, turn, step; else its index in the call).
+
+    31 bits, what OpenAI-compatible endpoints accept, so every backend draws the same seeds;
+    a random seed when ``seed`` is None.
+    """
+    if seed is None:
+        return random.getrandbits(31)
+    where = json.dumps(meta, sort_keys=True, default=str) if meta else str(index)
+    return int.from_bytes(hashlib.sha256(f"{seed}|{where}".encode()).digest()[:4], "little") >> 1

@@ -45,8 +45,7 @@ from typing import Any
 import torch
 
 from coevolve.config import PolicyConfig
-from coevolve.policy import row_seed
-from coevolve.policy.base import Generation, Message, Request, SamplingParams, StreamingPolicy
+from coevolve.policy.base import Generation, Message, Request, SamplingParams, StreamingPolicy, row_seed
 from coevolve.policy.decoder import Decoder, DecodeStats, Row
 from coevolve.policy.kv_cache import growing_cache
 from coevolve.policy.models import resolve_model

@@ -26,8 +26,7 @@ from typing import Any
 import httpx
 
 from coevolve.config import PolicyConfig
-from coevolve.policy.base import Generation, Message, Request, SamplingParams, StreamingPolicy
-from coevolve.policy import row_seed
+from coevolve.policy.base import Generation, Message, Request, SamplingParams, StreamingPolicy, row_seed
 from coevolve.policy.prompts import TokenCounter, fit_budget, to_wire
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}

@@ -17,7 +17,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from coevolve.envs.base import ToolCall
+from coevolve.types import ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)

@@ -12,36 +12,23 @@ Trainers (registry kind ``"trainer"``, chosen by ``cfg.train.backend``):
 
 Each trainer is registered as a thin function that imports its module on first use, so
 choosing a trainer never pays for the other one's imports (``import verl`` takes seconds).
-Every trainer has the signature of ``train_round`` and returns a ``TrainResult``.
+Every trainer has the signature of ``train_round`` and returns a ``TrainResult``
+(``coevolve.train.result``, re-exported here with ``checkpoint_path``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from coevolve.registry import register, resolve
+from coevolve.train.result import TrainResult, checkpoint_path
+
+__all__ = ["TrainResult", "checkpoint_path", "train_round"]
 
 if TYPE_CHECKING:
     from coevolve.config import RunConfig
     from coevolve.store import Store
     from coevolve.tasks import Task
-
-
-@dataclass
-class TrainResult:
-    checkpoint: str  # Hugging Face directory of the trained policy (weights + tokenizer)
-    n_rollouts: int  # training episodes run (all steps of the round)
-    mean_reward: float  # mean episode partial reward over those episodes
-    success_rate: float  # share of those episodes the benchmark scored a success
-
-
-def checkpoint_path(cfg: "RunConfig", run_id: str, round: int) -> str:
-    """The local directory round ``round`` of run ``run_id`` saves its policy to (with the
-    store, or in the local cache of a remote location: see ``coevolve.checkpoints``)."""
-    from coevolve.checkpoints import local_dir
-
-    return local_dir(cfg, run_id, round)
 
 
 def train_round(
@@ -56,7 +43,7 @@ def train_round(
 
 @register("trainer", "local")
 def local_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
-    from coevolve.round import report_progress
+    from coevolve.events import report_progress
     from coevolve.train.local import StepStats, train_local
 
     def on_step(s: StepStats) -> None:  # the CLI's live status and the stage log

@@ -42,7 +42,7 @@ import torch
 from coevolve.policy.base import SamplingParams
 from coevolve.registry import resolve
 from coevolve.tasks import Task
-from coevolve.train import TrainResult, checkpoint_path
+from coevolve.train.result import TrainResult, checkpoint_path
 from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty
 from coevolve.train.scoring import Chunk, forward_backward, plan
 from coevolve.train.sequences import TokenSequence, encode_chat, episode_sequences, wire_renderer

@@ -33,7 +33,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from coevolve.envs.base import ToolCall
+from coevolve.types import ToolCall
 from coevolve.policy.parsing import parse_tool_calls
 from coevolve.policy.prompts import render_tools, system_message
 from coevolve.registry import resolve

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from coevolve.tasks import Task
-from coevolve.train import TrainResult, checkpoint_path
+from coevolve.train.result import TrainResult, checkpoint_path
 from coevolve.train.verl_config import build_overrides, compose_config, format_command, launch_command
 from coevolve.train.verl_data import export_tasks, write_agent_loop_config
 

@@ -11,7 +11,8 @@ status and the summary.
 With no PREFECT_API_URL set, the run starts Prefect's API itself for its duration, as a
 child process that dies with it even when the run is killed with SIGKILL (the kernel's
 parent-death signal; Prefect's own ephemeral server would outlive a killed run); with one
-set (``prefect server start``), the run shows up in the UI.
+set (``prefect server start``), the run shows up in the UI. ``prefect_api`` (that private API)
+and ``StageStatus`` (the live table) serve the other flow-driving commands too (``flows/cli``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from coevolve.cli.common import console, parse_sets, preflight
 
 
 class StageStatus:
-    """A live table of stages, fed by ``coevolve.round`` listeners.
+    """A live table of stages, fed by the stage events (``coevolve.events`` listeners).
 
     ``log``: also print one line per stage event (progress at most every ``log_every_s``), for
     output that is not a terminal (a log file, CI), where a live table shows nothing until the end.
@@ -251,7 +252,7 @@ def run(
 
     from rich.live import Live
 
-    from coevolve.round import add_listener
+    from coevolve.events import add_listener
     from flows.evolve import evolve
 
     console.print(

@@ -42,9 +42,10 @@ def bench_fanout(
     os.environ.setdefault("DO_NOT_TRACK", "1")
     from rich.table import Table
 
-    from coevolve.cli.run import prefect_api
-    from coevolve.round import open_run_store, run_round, run_stage
+    from flows.cli.run import prefect_api
+    from coevolve.round import run_round, run_stage
     from coevolve.sql import connect
+    from coevolve.store_open import open_run_store
     from flows.fanout import stage_impl
 
     base = {

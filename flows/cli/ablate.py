@@ -92,8 +92,8 @@ def ablate(
         st = ablation_store(runs[0])
         for run in runs:
             console.print(f"  {run.run_id:<20} {'[dim]skipped (finished)[/dim]' if is_done(st, run) else 'to run'}")
-        from coevolve.cli.run import StageStatus, prefect_api
-        from coevolve.round import add_listener
+        from flows.cli.run import StageStatus, prefect_api
+        from coevolve.events import add_listener
 
         # a line per stage event (an ablation is long and draws no live table), and a private
         # Prefect API that dies with this process (Prefect's ephemeral one outlives a killed run)
