@@ -155,6 +155,22 @@ def test_template_splits_turns_at_goal_boundaries(env, seed):
     assert len(re.split(r"(?<=[.?]) ", turns[0])) == 2 and " Then " not in turns[0] and "Twitter" not in turns[0]
 
 
+def test_a_value_said_as_a_reference_replaces_the_noun_before_it():
+    doc = {"name": "message_login", "description": "", "parameters": {"properties": {"user_id": {"type": "string"}}}}
+    call = {"name": "message_login", "arguments": {"user_id": "USR006"}}
+    assert clause(call, doc) == "log in to messaging as user USR006"
+    assert clause(call, doc, lambda p, v: "that user") == "log in to messaging as that user"
+    assert clause(call, doc, lambda p, v: "Molly's id") == "log in to messaging as user Molly's id"
+    flight = {"name": "get_flight_cost", "arguments": {"travel_class": "economy", "travel_from": "SFO"}}
+    assert clause(flight, {}).startswith("tell me what an economy flight from SFO")
+
+
+def test_lists_read_as_a_person_says_them():
+    doc = {"name": "lockDoors", "description": "", "parameters": {"properties": {}}}
+    call = {"name": "lockDoors", "arguments": {"door": ["passenger", "rear_right"], "unlock": False}}
+    assert clause(call, doc) == "lock the passenger and rear right doors"
+
+
 def test_goal_templates_cover_every_bfcl_function():
     from coevolve.envs import bfcl_data
 

@@ -179,14 +179,16 @@ GOALS: dict[str, Goal] = {
     "book_flight": G(
         "do",
         "book a {travel_class} flight from {travel_from} to {travel_to} on {travel_date} with card {card_id} "
-        "(access token {access_token})",
+        "using my access token {access_token}",
     ),
-    "cancel_booking": G("do", "cancel booking {booking_id} (access token {access_token})"),
+    "cancel_booking": G("do", "cancel booking {booking_id} using my access token {access_token}"),
     "compute_exchange_rate": G("answer", "convert {value} {base_currency} to {target_currency}"),
     "contact_customer_support": G("answer", "tell customer support about booking {booking_id}: {message}"),
     "get_all_credit_cards": G("answer", "list my credit cards"),
     "get_budget_fiscal_year": G("answer", "show me the fiscal-year budget"),
-    "get_credit_card_balance": G("answer", "tell me the balance of card {card_id} (access token {access_token})"),
+    "get_credit_card_balance": G(
+        "answer", "tell me the balance of card {card_id} using my access token {access_token}"
+    ),
     "get_flight_cost": G(
         "answer", "tell me what a {travel_class} flight from {travel_from} to {travel_to} on {travel_date} costs"
     ),
@@ -195,20 +197,20 @@ GOALS: dict[str, Goal] = {
     "purchase_insurance": G(
         "do",
         "buy {insurance_type} insurance for {insurance_cost} on booking {booking_id} with card {card_id} "
-        "(access token {access_token})",
+        "using my access token {access_token}",
     ),
     "register_credit_card": G(
         "do",
         "register card {card_number} of {cardholder_name}, expiring {expiration_date}, "
-        "verification number {card_verification_number} (access token {access_token})",
+        "verification number {card_verification_number} using my access token {access_token}",
     ),
     "retrieve_invoice": G(
         "answer",
-        "show me the invoice of booking {booking_id} (access token {access_token})",
-        "show me the invoice of insurance {insurance_id} (access token {access_token})",
-        "show me my invoice (access token {access_token})",
+        "show me the invoice of booking {booking_id} using my access token {access_token}",
+        "show me the invoice of insurance {insurance_id} using my access token {access_token}",
+        "show me my invoice using my access token {access_token}",
     ),
-    "set_budget_limit": G("do", "set my travel budget to {budget_limit} (access token {access_token})"),
+    "set_budget_limit": G("do", "set my travel budget to {budget_limit} using my access token {access_token}"),
     "travel_get_login_status": G("answer", "check whether I am logged in to the travel service"),
     "verify_traveler_information": G(
         "answer", "verify the traveler {first_name} {last_name}, born {date_of_birth}, passport {passport_number}"
@@ -234,7 +236,12 @@ GOALS: dict[str, Goal] = {
     "get_outside_temperature_from_weather_com": G("answer", "get the outside temperature from weather.com"),
     "get_zipcode_based_on_city": G("answer", "look up the zip code of {city}"),
     "liter_to_gallon": G("answer", "convert {liter} liters to gallons"),
-    "lockDoors": G("do", "{unlock} the doors {door}", unlock={True: "unlock", False: "lock"}),
+    "lockDoors": G(
+        "do",
+        "{unlock} the {door} doors",
+        unlock={True: "unlock", False: "lock"},
+        door={d: d.replace("_", " ") for d in ("driver", "passenger", "rear_left", "rear_right")},
+    ),
     "pressBrakePedal": G("do", "press the brake pedal to position {pedalPosition}"),
     "releaseBrakePedal": G("do", "release the brake pedal"),
     "setCruiseControl": G(

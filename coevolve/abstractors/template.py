@@ -40,6 +40,7 @@ from coevolve.registry import register, resolve
 from coevolve.roles import RoleTable, ValuePool, param_roles
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_NOUN_PLACEHOLDER = re.compile(r"(\b[a-z]+ )?\{(\w+)\}")  # a placeholder and the word before it
 _BARE = re.compile(r"[\w.\-/@:+]+")
 
 
@@ -133,7 +134,8 @@ def render(value: Any, names: dict[Any, str] | None = None) -> str:
     if isinstance(value, str):
         return value if _BARE.fullmatch(value) else f"'{value}'"
     if isinstance(value, list):
-        return ", ".join(render(v) for v in value) if value else "nothing"
+        items = [render(v, names) for v in value]
+        return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else (items or ["nothing"])[0]
     if isinstance(value, dict):
         return ", ".join(f"{k} {render(v)}" for k, v in value.items()) or "nothing"
     return json.dumps(value)
@@ -157,7 +159,19 @@ def clause(call: Call, doc: dict[str, Any], say: Callable[[str, Any], str] | Non
             return say(name, args[name])
         return render(args[name], goal.values.get(name))
 
-    filled = _PLACEHOLDER.sub(lambda m: value(m.group(1)) if m.group(1) in args else m.group(0), text)
+    def fill(m: re.Match[str]) -> str:
+        before, name = m.group(1) or "", m.group(2)
+        if name not in args:
+            return m.group(0)
+        said = value(name)
+        # "as user {user_id}" said as a reference reads "as that user", not "as user that user"
+        if before and said.startswith(("that ", "the ")) and before.strip() in said.split():
+            return said
+        if before == "a " and said[:1].lower() in "aeiou":  # "an economy flight"
+            before = "an "
+        return before + said
+
+    filled = _NOUN_PLACEHOLDER.sub(fill, text)
     rest = [k for k in args if k not in used]
     if rest:
         filled += " with " + " and ".join(f"{_words(k)} {value(k)}" for k in rest)
