@@ -13,6 +13,7 @@ key or a wrong type raises ``ConfigError`` naming the dotted path of the field.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from typing import Any
@@ -34,12 +35,17 @@ def dump(obj: Any) -> Any:
     return obj
 
 
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def check_type(value: Any, tp: Any, where: str) -> Any:
     """``value`` if it matches the type hint ``tp`` (an int where a float is expected becomes a
     float), else ``ConfigError`` at the dotted path ``where``."""
     origin = typing.get_origin(tp)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str) and _EXPONENT_FLOAT.fullmatch(value.strip()):
+        return float(value)  # YAML 1.1 (PyYAML) reads "3e-3" as a string; YAML 1.2 and a user read a float
     if tp in (int, float, str, bool):
         if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
             raise ConfigError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")

@@ -28,6 +28,16 @@ def test_overrides_and_round_trip(tmp_path):
     assert RunConfig.from_dict(cfg.to_dict()) == cfg
 
 
+def test_an_exponent_float_reads_as_a_float_where_a_float_is_expected(tmp_path):
+    # PyYAML (YAML 1.1) reads 6e-3 as the string '6e-3'; a user and YAML 1.2 mean a float
+    path = tmp_path / "lr.yaml"
+    path.write_text("train: {sft_lr: 6e-3, lr: 1E-4}")
+    cfg = load_config(path, {"policy.top_p": "9.5e-1"})
+    assert (cfg.train.sft_lr, cfg.train.lr, cfg.policy.top_p) == (6e-3, 1e-4, 0.95)
+    with pytest.raises(ConfigError, match=r"train\.lr"):
+        load_config(overrides={"train.lr": "fast"})
+
+
 @pytest.mark.parametrize(
     "text, field",
     [
