@@ -29,7 +29,7 @@ from typing import Any, Callable
 import pyarrow.dataset as ds
 
 from coevolve.config import RunConfig
-from coevolve.events import add_listener, emit, report_progress  # noqa: F401  (the first and last: re-exported)
+from coevolve.events import emit
 from coevolve.store import ConcurrentCommitError, Store
 from coevolve.store_open import open_run_store
 from coevolve.tasks import Task

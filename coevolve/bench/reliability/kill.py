@@ -93,7 +93,8 @@ class _KillHook:
 def child_run(config: str | None, overrides: dict[str, Any], target: dict | None, trace: str | None) -> None:
     """One run of the kill scenario (in its own process): ``run_rounds`` with the hook."""
     from coevolve.config import load_config
-    from coevolve.round import add_listener, run_rounds
+    from coevolve.events import add_listener
+    from coevolve.round import run_rounds
 
     hook = _KillHook(target, trace)
     hook.install()
