@@ -132,6 +132,8 @@ def zero_shot_row(cfg: RunConfig, evaluation: dict) -> dict:
         "run_id": cfg.run_name,
         "eval_score": evaluation.get("eval_score"),
         "eval_reward": evaluation.get("eval_reward"),
+        "synth_score": evaluation.get("synth_score"),
+        "synth_reward": evaluation.get("synth_reward"),
         "t_evaluate": evaluation.get("seconds"),
         "t_total": evaluation.get("seconds"),
     }
@@ -154,6 +156,8 @@ def ablation_rows(run: AblationRun, rounds_rows: list[dict]) -> list[dict]:
                 "store": run.cfg.store,
                 "eval_score": r.get("eval_score"),
                 "eval_reward": r.get("eval_reward"),
+                "synth_score": r.get("synth_score"),
+                "synth_reward": r.get("synth_reward"),
                 "pool_size": r.get("pool_size"),
                 "n_accepted": r.get("n_accepted"),
                 "pass_rate": r.get("pass_rate"),

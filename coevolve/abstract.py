@@ -30,6 +30,7 @@ from coevolve.abstractors.base import Abstractor, Call, Run, describe, split_tur
 from coevolve.abstractors.llm import LLMAbstractor, check_spec  # noqa: F401  (re-exported for callers)
 from coevolve.abstractors.template import TemplateAbstractor  # noqa: F401  (re-exported for callers)
 from coevolve.config import RunConfig
+from coevolve.envs.base import Environment
 from coevolve.explore import start_task
 from coevolve.registry import resolve
 from coevolve.store import Store
@@ -61,21 +62,28 @@ def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: s
 # ----------------------------------------------------------------------------- the stage
 def load_runs(store: Store, cfg: RunConfig, run_id: str, round: int) -> list[Run]:
     """This round's exploration runs, grouped per (signal_id, run_idx), with their start tasks
-    (pool tasks; in round 0 the synthesis states)."""
+    (the pool's training tasks; in round 0 the synthesis states)."""
     rows = store.read("explorations", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["signal_id"], r["run_idx"]), []).append(r)
-    pool = {r["task_id"]: Task.from_row(r) for r in store.pool_tasks().to_pylist()}
+    pool = {r["task_id"]: Task.from_row(r) for r in store.pool_tasks().to_pylist() if r["split"] == "train"}
     env = resolve("environment", cfg.env.name)()
     if round == 0:  # round 0 explored training-scenario states, not pool tasks
         pool.update({t.task_id: t for t in synthesis_states(cfg, env)})
+    return group_runs(rows, pool, env)
+
+
+def group_runs(rows: list[dict[str, Any]], starts: dict[str, Task], env: Environment) -> list[Run]:
+    """``explorations`` rows grouped into runs per (signal_id, run_idx), in that order, each
+    with its start task (``starts[context_task_id]``; runs whose start is unknown are dropped:
+    the pool moved on without it)."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["signal_id"], r["run_idx"]), []).append(r)
     docs_cache: dict[str, dict[str, dict[str, Any]]] = {}
     runs = []
     for (signal_id, run_idx), steps in sorted(groups.items()):
         steps.sort(key=lambda r: r["step"])
-        seed = pool.get(steps[0]["context_task_id"])
-        if seed is None:  # the pool moved on without it: nothing to start from
+        seed = starts.get(steps[0]["context_task_id"])
+        if seed is None:
             continue
         seed = start_task(seed, env)
         if seed.task_id not in docs_cache:
@@ -101,9 +109,8 @@ def candidate_row(run: Run, run_id: str, round: int, result: Task | str) -> dict
     return row
 
 
-def abstract(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
-    """Turn this round's explorations into ``candidates`` rows; return the row count."""
-    runs = load_runs(store, cfg, run_id, round)
+def candidate_rows(cfg: RunConfig, runs: list[Run], run_id: str, round: int) -> list[dict[str, Any]]:
+    """The ``candidates`` rows of ``runs``, abstracted by ``abstract.abstractor``."""
     abstractor = resolve("abstractor", cfg.abstract.abstractor)(cfg)
     rows = []
     for run, result in zip(runs, abstractor.abstract(runs)):
@@ -111,4 +118,10 @@ def abstract(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
             turns, reference = result
             result = make_task(run, turns, reference, run_id, round)
         rows.append(candidate_row(run, run_id, round, result))
+    return rows
+
+
+def abstract(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
+    """Turn this round's explorations into ``candidates`` rows; return the row count."""
+    rows = candidate_rows(cfg, load_runs(store, cfg, run_id, round), run_id, round)
     return store.write("candidates", round, f"{run_id}-candidates", rows)

@@ -444,8 +444,18 @@ class EvalConfig:
         128,
     )
     temperature: float = _help("Sampling temperature at evaluation (0 = greedy).", 0.0)
+    synth_tasks: int = _help(
+        "Size of the held-out synthesized split (0 = none): tasks round 0 synthesizes from the states of "
+        "held-out scenarios (the same synthesizer as the seed pool, its own seed), frozen in pool v1 with "
+        "split 'heldout', never trained on, explored from or shown to validation, and evaluated every "
+        "round beside the benchmark with the same protocol (eval.*). It measures whether what the loop "
+        "teaches carries to unseen states; the benchmark stays the headline.",
+        8,
+    )
 
     def validate(self) -> None:
+        if self.synth_tasks < 0:
+            raise ConfigError("eval.synth_tasks must be >= 0 (0 = no held-out synthesized split)")
         if self.scenarios < 0:
             raise ConfigError("eval.scenarios must be >= 0 (0 = every held-out scenario)")
         if not self.categories:

@@ -133,11 +133,13 @@ def evaluate(
     *,
     env: Any = None,
     progress: Callable[[int, int], None] | None = None,
+    part: str = "eval",
 ) -> EvalResult:
     """Run ``policy`` once on each of ``tasks`` (default: ``eval_tasks(cfg)``) with phase "eval".
 
     Writes the step rows to ``store`` (table rollouts, partition ``round``, part
-    ``<run_id>-eval``) unless ``store`` is None; returns an ``EvalResult``.
+    ``<run_id>-<part>``: ``eval`` for the benchmark, ``eval-synth`` for the held-out
+    synthesized split) unless ``store`` is None; returns an ``EvalResult``.
     """
     from coevolve.rollout import rollout_settings, run_episodes
 
@@ -157,7 +159,7 @@ def evaluate(
         **rollout_settings(cfg, "eval"),
     )
     rows = [row for r in results for row in r.steps]
-    n_rows = store.write("rollouts", round, f"{run_id}-eval", rows) if store is not None else 0
+    n_rows = store.write("rollouts", round, f"{run_id}-{part}", rows) if store is not None else 0
     scores = {r.task_id: r.score for r in results}
     score, reward, per = summarize(tasks, scores)
     return EvalResult(

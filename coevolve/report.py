@@ -164,6 +164,8 @@ def _new_figure(title: str, xlabel: str, ylabel: str, ncols: int = 1, width: flo
 SCORE_PANELS = (
     ("eval_score", "held-out success rate"),
     ("eval_reward", "held-out reward (partial credit)"),
+    ("synth_score", "held-out synthesized split: success"),
+    ("synth_reward", "held-out synthesized split: reward"),
 )
 
 
@@ -410,7 +412,18 @@ def _markdown(store: Store, data: ReportData, report: Report, image_prefix: str 
     if data.ablation:
         from coevolve.ablate import summary
 
+        from coevolve.ablate_stats import compare, comparison_rows, verdicts
+
         lines += ["## Ablation: held-out score per condition and round (over seeds)", "", _md_table(summary(store)), ""]
+        comps = compare(data.ablations.to_dicts())
+        if comps:
+            lines += [
+                "## Neighbouring rungs: paired differences over seeds (95% bootstrap CI, sign test)",
+                "",
+                _md_table(pl.DataFrame(comparison_rows(comps))),
+                "",
+            ]
+        lines += [f"- {line}" for line in verdicts(comps)] + [""]
     lines += [
         f"Runs: {', '.join(runs) or '-'}. Feedback overhead (signals + explore + abstract + validate "
         f"over all stage time): {feedback_overhead(data.rounds):.1%}.",
@@ -440,6 +453,9 @@ def _markdown(store: Store, data: ReportData, report: Report, image_prefix: str 
                 "n_accepted",
                 "pass_rate",
                 "eval_score",
+                "eval_reward",
+                "synth_score",
+                "synth_reward",
                 "t_total",
             )
             if c in data.rounds.columns

@@ -201,18 +201,27 @@ def _commit(ctx: RoundContext) -> dict:
         task = Task.from_json(spec)
         task.run_id, task.created_round, task.split = ctx.run_id, ctx.round, "train"
         rows.append(task.to_row())
+    heldout = []
+    if ctx.round == 0:  # pool v1 also freezes the held-out synthesized split (evaluation only)
+        from coevolve.heldout import synthesize_heldout
+
+        heldout = [t.to_row() for t in synthesize_heldout(ctx.cfg)]
     for attempt in range(COMMIT_ATTEMPTS):  # other runs may commit to the same store meanwhile
         latest = ctx.store.latest_pool()
         try:
             version = ctx.store.commit_pool(
-                run_id=ctx.run_id, round=ctx.round, new_tasks=rows, expected_parent=latest.version if latest else None
+                run_id=ctx.run_id,
+                round=ctx.round,
+                new_tasks=rows + heldout,
+                expected_parent=latest.version if latest else None,
             )
             break
         except ConcurrentCommitError:
             if attempt == COMMIT_ATTEMPTS - 1:
                 raise
             time.sleep(random.uniform(0.05, 0.5) * (attempt + 1))
-    return {"pool_version": version.version, "pool_size": _train_size(ctx.store), "added": len(rows)}
+    summary = {"pool_version": version.version, "pool_size": _train_size(ctx.store), "added": len(rows)}
+    return {**summary, "heldout_synth": len(heldout)} if ctx.round == 0 else summary
 
 
 def _train_size(store: Store) -> int:
@@ -226,13 +235,19 @@ def _evaluate(ctx: RoundContext) -> dict:
     # held-out entries come from the environment (eval_tasks), never from the pool
     policy = load_policy(ctx.cfg.policy, ctx.policy_out())
     result = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy)
-    return {
+    summary = {
         "eval_score": result.score,
         "eval_overall": result.overall,
         "eval_reward": result.reward,
         "n_eval": result.n_episodes,
         "per_category": result.per_category,
     }
+    # the held-out synthesized split of the pool (none in a store committed before it existed)
+    synth = pool_tasks(ctx.store, "heldout")
+    if synth:
+        held = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy, synth, part="eval-synth")
+        summary.update(synth_score=held.score, synth_reward=held.reward, n_synth=held.n_episodes)
+    return summary
 
 
 _STAGE_FUNCS: dict[str, Callable[[RoundContext], dict]] = {
@@ -301,6 +316,8 @@ def record_round(store: Store, cfg: RunConfig, round: int) -> dict:
         "pass_rate": m["validate"].get("pass_rate"),
         "eval_score": m["evaluate"].get("eval_score"),
         "eval_reward": m["evaluate"].get("eval_reward"),
+        "synth_score": m["evaluate"].get("synth_score"),
+        "synth_reward": m["evaluate"].get("synth_reward"),
         "finished_at": datetime.now(timezone.utc),
     }
     for t in ("forgetting", "boundary", "rare"):

@@ -27,8 +27,8 @@ TASKS = pa.schema(
         ("run_id", pa.string()),
         ("task_id", pa.string()),
         ("env", pa.string()),
-        ("split", pa.string()),  # train | heldout
-        ("origin", pa.string()),  # static (round 0, synthesized from training-scenario states) | explored
+        ("split", pa.string()),  # train | heldout (the held-out synthesized split: coevolve.heldout)
+        ("origin", pa.string()),  # static (round 0, synthesized from training-scenario states) | explored | heldout
         ("category", pa.string()),  # e.g. multi_turn_base; synthesized tasks keep their seed's
         ("signal_type", pa.string()),  # forgetting | boundary | rare | random | null for seeds
         ("seed_task_id", pa.string()),  # the task whose state exploration started from
@@ -155,6 +155,8 @@ ROUNDS = pa.schema(
         ("pass_rate", pa.float64()),
         ("eval_score", pa.float64()),
         ("eval_reward", pa.float64()),
+        ("synth_score", pa.float64()),  # success rate on the held-out synthesized split (null: none)
+        ("synth_reward", pa.float64()),  # its mean reward (partial progress)
         ("t_train", pa.float64()),
         ("t_signals", pa.float64()),
         ("t_explore", pa.float64()),
@@ -175,6 +177,8 @@ ABLATIONS = pa.schema(
         ("store", pa.string()),  # the run's own store (its pool lineage, rollouts, signals, ...)
         ("eval_score", pa.float64()),  # held-out success rate after the round (round 0: the base policy)
         ("eval_reward", pa.float64()),
+        ("synth_score", pa.float64()),  # held-out synthesized split: success rate (null: none)
+        ("synth_reward", pa.float64()),
         ("pool_size", pa.int32()),
         ("n_accepted", pa.int32()),
         ("pass_rate", pa.float64()),

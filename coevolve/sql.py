@@ -50,11 +50,20 @@ def connect(store: Store, memory_limit: str | None = None, threads: int | None =
             source = f"[{', '.join(files)}]" if files else ""
         else:
             source = _quote(f"{store.table_uri(table)}/*/*.parquet") if _has_files(store, table) else ""
+        # every view has every column of the table's schema, in its order: files written before a
+        # column was added read it as null (union by name with an empty table of the schema)
+        empty = TABLES[table].append(pa.field("round", pa.int32())).empty_table()
+        con.register(f"_{table}_empty", empty)
         if source:
-            con.execute((SQL_DIR / "views" / f"{table}.sql").read_text().replace("{{source}}", source))
+            view = (SQL_DIR / "views" / f"{table}.sql").read_text().replace("{{source}}", source)
+            head = f"create or replace view {table} as"
+            if head not in view:
+                raise RuntimeError(f"sql/views/{table}.sql must define its view with '{head} ...'")
+            con.execute(view.replace(head, f"create or replace view _{table}_files as", 1))
+            con.execute(
+                f"create or replace view {table} as select * from _{table}_empty union all by name select * from _{table}_files"
+            )
         else:
-            empty = TABLES[table].append(pa.field("round", pa.int32())).empty_table()
-            con.register(f"_{table}_empty", empty)
             con.execute(f"create or replace view {table} as select * from _{table}_empty")
     return con
 

@@ -422,7 +422,8 @@ def validate(
         r.pop("round", None)
     rows.sort(key=lambda r: r["candidate_id"])
     env = resolve("environment", cfg.env.name)()
-    pool_rows = store.pool_tasks().to_pylist()
+    # the training split only: the held-out synthesized split is never shown to validation
+    pool_rows = [r for r in store.pool_tasks().to_pylist() if r["split"] == "train"]
     if pass2 is None:
         pending = any(not r.get("verdict") for r in rows)
         # the solver (a model) is loaded only when some candidate may need it

@@ -159,6 +159,11 @@ def describe(stage: str, s: dict) -> str:
             f"Held-out score {_num(g('eval_score'))} (mean reward {_num(g('eval_reward'))}) "
             f"over {g('n_eval')} episodes."
         )
+        if g("n_synth"):
+            text += (
+                f" Held-out synthesized split: {_num(g('synth_score'))} "
+                f"(mean reward {_num(g('synth_reward'))}) over {g('n_synth')} tasks."
+            )
         per = g("per_category") or {}
         if per:
             text += "\n\n" + _table(

@@ -51,14 +51,20 @@ def test_two_rounds_on_s3_under_prefect(prefect_harness, s3_endpoint, s3_bucket,
     rounds = sql(store, "select * from rounds order by round")
     assert [r["round"] for r in rounds] == [0, 1, 2]
     assert rounds[0]["pool_size"] >= 4 and rounds[0]["t_train"] is None and rounds[0]["t_explore"] is not None
-    assert sql(store, "select distinct origin from tasks where created_round = 0") == [{"origin": "static"}]
+    assert sql(store, "select distinct origin from tasks where created_round = 0 and split = 'train'") == [
+        {"origin": "static"}
+    ]
     for r in rounds[1:]:
         assert r["t_signals"] is not None and r["t_total"] >= r["t_signals"]
         assert r["eval_score"] is not None and r["pool_size"] >= rounds[0]["pool_size"]
+        # the held-out synthesized split is evaluated every round, beside the benchmark
+        assert r["synth_score"] is not None and 0.0 <= r["synth_reward"] <= 1.0
     # the loop lives: every round mines signals, accepts new tasks and grows the pool
     mined = sql(store, "select round, count(*) as n from signals group by round order by round")
     assert [m["round"] for m in mined] == [1, 2], mined
-    added = sql(store, "select created_round as r, count(*) as n from tasks group by r order by r")
+    added = sql(
+        store, "select created_round as r, count(*) as n from tasks where split = 'train' group by r order by r"
+    )
     assert [a["r"] for a in added] == [0, 1, 2], added
     assert [r["pool_size"] for r in rounds] == sorted({r["pool_size"] for r in rounds}), rounds
     # every candidate carries a verdict and a reason

@@ -113,7 +113,11 @@ def test_no_benchmark_question_or_ground_truth_reaches_the_training_side(sentine
     tasks = store.read("tasks")
     train_tasks = tasks.filter(pc.field("split") == "train")
     assert train_tasks.num_rows >= 1 and set(train_tasks.column("origin").to_pylist()) <= {"static", "explored"}
-    assert tasks.num_rows == train_tasks.num_rows  # held-out tasks do not live in the pool
+    # besides the training split, the pool holds only the held-out synthesized split (evaluation
+    # only), made from held-out scenarios' states: no benchmark question or answer in it either
+    heldout = tasks.filter(pc.field("split") != "train")
+    assert set(heldout.column("split").to_pylist()) <= {"heldout"} and _leaks(heldout) == []
+    assert set(heldout.column("origin").to_pylist()) <= {"heldout"}
     assert _leaks(train_tasks) == []
     assert store.read("explorations").num_rows > 0 and _leaks(store.read("explorations")) == []
     assert store.read("candidates").num_rows > 0 and _leaks(store.read("candidates")) == []
@@ -170,13 +174,21 @@ def test_no_heldout_scenario_reaches_the_training_side(tmp_path, monkeypatch):
     only_heldout = heldout_states - training_states
     contexts = store.read("explorations").column("context_task_id").to_pylist()
     assert contexts and not {_scenario(c) for c in contexts} & set(heldout)
-    for row in store.read("tasks").to_pylist():
+    rows = store.read("tasks").to_pylist()
+    train = [r for r in rows if r["split"] == "train"]
+    for row in train:
         assert _scenario(row["seed_task_id"]) not in heldout, row["task_id"]
         state = json.loads(row["initial_state"])
         assert json.dumps(state["initial_config"], sort_keys=True) not in only_heldout, row["task_id"]
+    # the held-out synthesized split comes from held-out scenarios only, and training never touches it
+    split = [r for r in rows if r["split"] != "train"]
+    assert split and {r["split"] for r in split} == {"heldout"}
+    assert {_scenario(r["seed_task_id"]) for r in split} <= set(heldout)
     rollouts = store.read("rollouts").filter(pc.field("phase") == "train")
-    pool_ids = set(store.read("tasks").column("task_id").to_pylist())
+    pool_ids = {r["task_id"] for r in train}
     assert rollouts.num_rows > 0 and set(rollouts.column("task_id").to_pylist()) <= pool_ids
+    validated = {json.loads(s).get("seed_task_id") for s in store.read("candidates").column("spec").to_pylist()}
+    assert not validated & {r["seed_task_id"] for r in split}
 
 
 def _scenario(task_id: str) -> int:

@@ -88,7 +88,9 @@ def test_pool_growth_adds_up_to_each_version(tiny_store):
         mine = [r for r in rows if r["version"] == v["version"]]
         assert {r["pool_size"] for r in mine} == {v["task_count"]}
     first = [r for r in rows if r["version"] == 1]
-    assert {(r["origin"], r["signal_type"]) for r in first} == {("static", "static")}
+    # pool v1: the synthesized seed pool and the held-out synthesized split (evaluation only)
+    assert {(r["origin"], r["signal_type"]) for r in first} == {("static", "static"), ("heldout", "heldout")}
+    assert not [r for r in rows if r["origin"] == "heldout" and r["version"] > 1]  # frozen in v1
     assert sum(r["added"] for r in rows) == versions[-1]["task_count"]  # pools only grow
 
 

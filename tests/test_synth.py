@@ -87,3 +87,32 @@ def test_round0_errors_clearly_without_states_or_tasks(tmp_path, monkeypatch):
         synthesis_states(cfg)
     with pytest.raises(ConfigError, match="synth.scenarios"):
         load_config(None, {"synth.scenarios": 0})
+
+
+def test_round0_freezes_the_heldout_synthesized_split(round0):
+    """Pool v1 also holds the held-out synthesized split: tasks from held-out scenarios' states,
+    split and origin 'heldout', that pass the quality gate and replay, apart from training."""
+    from coevolve.heldout import synthesize_heldout
+    from coevolve.quality import quality_reason
+
+    cfg, store, row = round0
+    held = bfcl_data.heldout_scenarios(cfg.env.heldout_scenarios, cfg.seed)
+    split = pool_tasks(store, "heldout")
+    assert len(split) == cfg.eval.synth_tasks
+    assert [t.task_id for t in split] == [t.task_id for t in synthesize_heldout(cfg)]  # deterministic: frozen
+    assert {t.origin for t in split} == {"heldout"} and {t.created_round for t in split} == {0}
+    assert all(bfcl_data.scenario_of(t.seed_task_id) in held for t in split)
+    env = BfclEnvironment()
+    assert [quality_reason(env, t) for t in split] == [None] * len(split)
+    assert {t: s.reason for t, s in replay_reference(env, split).items() if not s.success} == {}
+    # the training side sees none of it: not in the training split, its count, or any exploration
+    train = pool_tasks(store, "train")
+    assert not {t.task_id for t in split} & {t.task_id for t in train} and row["pool_size"] == len(train)
+    assert not {bfcl_data.scenario_of(t.seed_task_id) for t in train} & held
+    contexts = set(store.read("explorations").column("context_task_id").to_pylist())
+    assert not contexts & {t.seed_task_id for t in split}
+    assert store.stage_done(cfg.run_name, 0, "commit")["heldout_synth"] == len(split)
+    # its own seed: another run seed draws another split
+    other = synthesize_heldout(load_config(None, {"seed": cfg.seed + 1}))
+    assert other and {t.task_id for t in other} != {t.task_id for t in split}
+    assert synthesize_heldout(load_config(None, {"eval.synth_tasks": 0})) == []

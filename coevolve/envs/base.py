@@ -107,6 +107,12 @@ class Environment(Protocol):
         """The scenario a state-only task belongs to (round 0 draws scenarios, not tasks)."""
         ...
 
+    # Optional (evaluation side): ``heldout_states(heldout, seed, categories)``, state-only
+    # tasks of the held-out scenarios, as ``training_states`` gives those of the training
+    # scenarios. The held-out synthesized split (``coevolve.synth.synthesize_heldout``) is
+    # synthesized from them; an environment without it (AgentDojo: its held-out user tasks
+    # start from the same suite states as the training ones) has no such split.
+
     def episode(self, task: Task) -> Episode:
         """A fresh, isolated episode of ``task`` from its initial state."""
         ...

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import datetime
 import decimal
 import hashlib
@@ -400,6 +401,12 @@ class BfclEnvironment(EnvironmentBase):
         what round 0 may synthesize from (see ``bfcl_data.scenario_states``)."""
         held = bfcl_data.heldout_scenarios(heldout, seed)
         return bfcl_data.scenario_states(bfcl_data.training_scenarios(held), categories)
+
+    def heldout_states(self, heldout: int | list[int], seed: int, categories: list[str] | None = None) -> list[Task]:
+        """State-only tasks of the held-out scenarios (evaluation side: the held-out synthesized
+        split is made from them; no question or ground truth is read)."""
+        held = bfcl_data.heldout_scenarios(heldout, seed)
+        return [dataclasses.replace(t, split="heldout") for t in bfcl_data.scenario_states(sorted(held), categories)]
 
     def scenario_of(self, task: Task) -> str:
         """The scenario index of a task id (``multi_turn_base_12``, ``multi_turn_base_state_12`` -> ``12``)."""

@@ -45,6 +45,40 @@ def summary_table(df):
     return table
 
 
+def print_comparisons(run) -> None:
+    """The paired differences of neighbouring rungs at the last round, and the verdicts in words."""
+    from rich import box
+    from rich.table import Table
+
+    from coevolve.ablate import ablation_store
+    from coevolve.ablate_stats import METRICS, compare, verdicts
+
+    comps = compare(ablation_store(run).read("ablations").to_pylist())
+    if comps:
+        last = max(c.round for c in comps)
+        table = Table(
+            title=f"neighbouring rungs, round {last}: paired difference per seed (95% bootstrap CI, sign test)",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
+        for col in ("pair", "metric", "seeds", "diff", "95% CI", "up/down", "p", "verdict"):
+            table.add_column(col, justify="left" if col in ("pair", "metric", "verdict") else "right", no_wrap=True)
+        for c in (c for c in comps if c.round == last):
+            table.add_row(
+                f"{c.upper} - {c.lower}",
+                METRICS.get(c.metric, c.metric),
+                str(len(c.diffs)),
+                f"{c.mean:+.3f}",
+                f"[{c.lo:+.3f}, {c.hi:+.3f}]",
+                f"{c.wins}/{c.losses}",
+                f"{c.sign_p:.2f}",
+                c.verdict,
+            )
+        console.print(table)
+    for line in verdicts(comps):
+        console.print(line, highlight=False)
+
+
 def _print_run(event: str, run) -> None:
     what = {"skip": "[dim]skipped (finished)[/dim]", "start": "running", "done": "[green]done[/green]"}[event]
     console.print(f"  {run.run_id:<20} {what}")
@@ -112,6 +146,7 @@ def ablate(
     else:
         df = run_ablation(runs, on_run=_print_run)
     console.print(summary_table(df))
+    print_comparisons(runs[0])
     console.print(
         f'Rows: coevolve sql --store {cfg.store} "select * from ablations"   Plots: coevolve report --store {cfg.store}'
     )

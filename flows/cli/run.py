@@ -104,6 +104,8 @@ _METRICS = [
     ("trainR", "train_reward"),
     ("eval", "eval_score"),
     ("evalR", "eval_reward"),
+    ("synth", "synth_score"),
+    ("synthR", "synth_reward"),
 ]
 _TIMINGS = [
     ("round", "round"),

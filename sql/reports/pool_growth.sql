@@ -1,6 +1,7 @@
 -- pool_growth: how the pool grew, version by version, by where the added tasks came from.
 -- Grain: one row per (pool version, origin, signal_type) of the tasks that version added;
--- origin: static (round 0, synthesized from training-scenario states) | explored (later rounds);
+-- origin: static (round 0, synthesized from training-scenario states) | explored (later rounds)
+--         | heldout (round 0: the held-out synthesized split, evaluation only);
 -- signal_type: what guided the exploration (forgetting | boundary | rare | fallback | random | static).
 -- Parameters: none.
 -- Columns: version, round, run_id (the run that committed it), origin, signal_type,
