@@ -33,6 +33,7 @@ from coevolve.events import emit
 from coevolve.store import ConcurrentCommitError, Store
 from coevolve.store_open import open_run_store
 from coevolve.tasks import Task
+from coevolve.timing import SPLIT_COLUMNS, Splits
 
 log = logging.getLogger("coevolve.round")
 
@@ -132,6 +133,7 @@ def _train(ctx: RoundContext) -> dict:
         "n_rollouts": result.n_rollouts,
         "train_reward": result.mean_reward,
         "train_success": result.success_rate,
+        "split": result.timings,
     }
 
 
@@ -171,8 +173,9 @@ def _validate(ctx: RoundContext) -> dict:
 
     # round 0 has no trained policy: mechanical checks only (policy_path=None)
     policy_path = ctx.policy_out() if ctx.round > 0 else None
-    table = validate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy_path)
-    return summarize_candidates(table)
+    splits = Splits()
+    table = validate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy_path, splits=splits)
+    return {**summarize_candidates(table), "split": splits.seconds}
 
 
 COMMIT_ATTEMPTS = 8  # pool commits retried on ConcurrentCommitError before the stage fails
@@ -233,7 +236,11 @@ def _evaluate(ctx: RoundContext) -> dict:
     from coevolve.policy import load_policy
 
     # held-out entries come from the environment (eval_tasks), never from the pool
-    policy = load_policy(ctx.cfg.policy, ctx.policy_out())
+    started, splits = time.perf_counter(), Splits()
+    with splits.part("load"):
+        policy = load_policy(ctx.cfg.policy, ctx.policy_out())
+    stats = getattr(policy, "stats", None)  # the local backend's DecodeStats (cumulative)
+    before = (stats.prefill_s, stats.decode_s) if stats is not None else None
     result = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy)
     summary = {
         "eval_score": result.score,
@@ -247,7 +254,12 @@ def _evaluate(ctx: RoundContext) -> dict:
     if synth:
         held = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy, synth, part="eval-synth")
         summary.update(synth_score=held.score, synth_reward=held.reward, n_synth=held.n_episodes)
-    return summary
+    if stats is not None and before is not None:
+        splits.add("prefill", stats.prefill_s - before[0])
+        splits.add("decode", stats.decode_s - before[1])
+    # the rest: the environment's steps and scoring, rendering prompts, parsing answers, writing rows
+    splits.add("rest", time.perf_counter() - started - sum(splits.seconds.values()))
+    return {**summary, "split": splits.seconds}
 
 
 _STAGE_FUNCS: dict[str, Callable[[RoundContext], dict]] = {
@@ -324,6 +336,10 @@ def record_round(store: Store, cfg: RunConfig, round: int) -> dict:
         row[f"signals_{t}"] = m["signals"].get(f"signals_{t}")
     for stage in STAGES:
         row[f"t_{stage}"] = m[stage].get("seconds")
+    for stage, parts in SPLIT_COLUMNS.items():
+        split = m[stage].get("split") or {}
+        for part in parts:
+            row[f"t_{stage}_{part}"] = split.get(part)
     row["t_total"] = round_seconds(sum(m[s].get("seconds", 0.0) for s in STAGES))
     store.write("rounds", round, cfg.run_name, [row])
     return {"round": round, **row}

@@ -165,6 +165,18 @@ ROUNDS = pa.schema(
         ("t_commit", pa.float64()),
         ("t_evaluate", pa.float64()),
         ("t_total", pa.float64()),
+        # where each stage's time went (coevolve.timing.SPLIT_COLUMNS); null where not measured
+        ("t_train_load", pa.float64()),  # loading the policy (and attaching LoRA adapters)
+        ("t_train_sft", pa.float64()),  # the SFT warm start
+        ("t_train_rollouts", pa.float64()),  # sampling the GRPO groups and writing their rows
+        ("t_train_update", pa.float64()),  # forward, backward and optimizer steps
+        ("t_train_checkpoint", pa.float64()),  # merging adapters and saving the checkpoint
+        ("t_validate_pass1", pa.float64()),  # dedup, safety, quality gate, reference replay
+        ("t_validate_pass2", pa.float64()),  # the policy's attempts (loading it included)
+        ("t_evaluate_load", pa.float64()),
+        ("t_evaluate_prefill", pa.float64()),  # prompt tokens computed (local backend)
+        ("t_evaluate_decode", pa.float64()),  # decoding steps (local backend)
+        ("t_evaluate_rest", pa.float64()),  # environment steps and scoring, rendering, parsing
         ("finished_at", pa.timestamp("us", tz="UTC")),
     ]
 )

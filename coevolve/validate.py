@@ -70,6 +70,7 @@ from coevolve.safety import ArgumentRule, SafetyPolicy  # noqa: F401  (re-export
 from coevolve.schemas import to_table
 from coevolve.store import Store
 from coevolve.tasks import Task
+from coevolve.timing import Splits
 
 log = logging.getLogger("coevolve.validate")
 
@@ -367,12 +368,30 @@ def validate_rows(
     env: Environment,
     cfg: RunConfig,
     solver: Solver | None,
+    splits: Splits | None = None,
 ) -> list[dict[str, Any]]:
     """Give every pending ``candidates`` row a verdict and reason (rows already judged are kept).
 
     ``pool_rows`` are the latest pool's ``tasks`` rows; ``solver`` None skips pass 2.
-    Returns new row dicts, same order.
+    Returns new row dicts, same order. ``splits`` gets the seconds of pass 1 and pass 2.
     """
+    splits = splits or Splits()
+    with splits.part("pass1"):
+        out, passed = _pass1(rows, pool_rows, env, cfg)
+    if solver is None:
+        for i, _ in passed:
+            out[i].update(verdict="accepted", reason="accepted: pass 1 (no policy to attempt it yet: pass 2 skipped)")
+        return out
+    with splits.part("pass2"):
+        for (i, _), verdict in zip(passed, pass2_verdicts(solver, [t for _, t in passed], cfg.validate_)):
+            out[i].update(verdict)
+    return out
+
+
+def _pass1(
+    rows: list[dict[str, Any]], pool_rows: list[dict[str, Any]], env: Environment, cfg: RunConfig
+) -> tuple[list[dict[str, Any]], list[tuple[int, Task]]]:
+    """The mechanical checks: the judged rows, and (index, task) of those that passed."""
     vcfg = cfg.validate_
     safety = safety_policy(cfg, env)
     index = pool_index(pool_rows, vcfg.near_duplicate_threshold)
@@ -398,24 +417,27 @@ def validate_rows(
             continue
         index.add(task.task_id, task.content_hash, state, calls)  # later candidates dedup against it
         passed.append((i, task))
-    if solver is None:
-        for i, _ in passed:
-            out[i].update(verdict="accepted", reason="accepted: pass 1 (no policy to attempt it yet: pass 2 skipped)")
-        return out
-    for (i, _), verdict in zip(passed, pass2_verdicts(solver, [t for _, t in passed], vcfg)):
-        out[i].update(verdict)
-    return out
+    return out, passed
 
 
 def validate(
-    store: Store, cfg: RunConfig, run_id: str, round: int, policy_path: str | None, pass2: Pass2 | None = None
+    store: Store,
+    cfg: RunConfig,
+    run_id: str,
+    round: int,
+    policy_path: str | None,
+    pass2: Pass2 | None = None,
+    *,
+    splits: Splits | None = None,
 ) -> pa.Table:
     """Validate this round's candidates; rewrite their part with verdicts; return the table.
 
     ``policy_path``: the round's policy checkpoint for pass 2, or None (no trained policy yet:
     the 'policy' solver skips pass 2). ``pass2``: where pass 2 runs (see the module's docstring);
-    None = here, with the solver of ``validate.solver``.
+    None = here, with the solver of ``validate.solver``. ``splits`` gets the seconds of pass 1
+    and pass 2 (loading the solver's model included).
     """
+    splits = splits or Splits()
     part = f"{run_id}-candidates"
     rows = store.read("candidates", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
     for r in rows:
@@ -426,11 +448,14 @@ def validate(
     pool_rows = [r for r in store.pool_tasks().to_pylist() if r["split"] == "train"]
     if pass2 is None:
         pending = any(not r.get("verdict") for r in rows)
-        # the solver (a model) is loaded only when some candidate may need it
-        solver = resolve("solver", cfg.validate_.solver)(cfg, store, run_id, round, policy_path) if pending else None
-        out = validate_rows(rows, pool_rows, env, cfg, solver)
+        with splits.part("pass2"):
+            # the solver (a model) is loaded only when some candidate may need it
+            solver = (
+                resolve("solver", cfg.validate_.solver)(cfg, store, run_id, round, policy_path) if pending else None
+            )
+        out = validate_rows(rows, pool_rows, env, cfg, solver, splits)
     else:
-        out = _validate_elsewhere(store, run_id, round, rows, pool_rows, env, cfg, pass2)
+        out = _validate_elsewhere(store, run_id, round, rows, pool_rows, env, cfg, pass2, splits)
     table = to_table("candidates", out)
     store.write("candidates", round, part, table)
     return table
@@ -445,14 +470,16 @@ def _validate_elsewhere(
     env: Environment,
     cfg: RunConfig,
     pass2: Pass2,
+    splits: Splits,
 ) -> list[dict[str, Any]]:
     """Pass 1 here, in order; pass 2 by ``pass2`` on what pass 1 let through; its attempts'
     rollouts written once, as the in-process solver writes them."""
     pending = {i for i, r in enumerate(rows) if not r.get("verdict")}
-    out = validate_rows(rows, pool_rows, env, cfg, solver=None)  # pass 1 only
+    out = validate_rows(rows, pool_rows, env, cfg, solver=None, splits=splits)  # pass 1 only
     passed = [i for i in sorted(pending) if out[i]["verdict"] == "accepted"]
     if passed:
-        verdicts, rollouts = pass2([rows[i]["spec"] for i in passed])
+        with splits.part("pass2"):
+            verdicts, rollouts = pass2([rows[i]["spec"] for i in passed])
         for i, verdict in zip(passed, verdicts, strict=True):
             out[i].update(verdict)
         store.write("rollouts", round, f"{run_id}-validate", rollouts)

@@ -151,6 +151,7 @@ def validate_fanout_flow(
 
 def validate_fanout(ctx: RoundContext) -> dict:
     """The validate stage of rounds 1..N: pass 1 in order in the stage, pass 2 in chunks on the engine."""
+    from coevolve.timing import Splits
     from coevolve.validate import summarize_candidates, validate
 
     cfg = ctx.cfg
@@ -164,4 +165,6 @@ def validate_fanout(ctx: RoundContext) -> dict:
         )
         return [v for verdicts, _ in results for v in verdicts], [r for _, rows in results for r in rows]
 
-    return summarize_candidates(validate(ctx.store, cfg, ctx.run_id, ctx.round, policy_path, pass2=pass2))
+    splits = Splits()
+    table = validate(ctx.store, cfg, ctx.run_id, ctx.round, policy_path, pass2=pass2, splits=splits)
+    return {**summarize_candidates(table), "split": splits.seconds}

@@ -60,7 +60,8 @@ def prefect_harness():
     """Prefect's own test harness: a temporary API and database for the session."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=60):
+    # a busy 2-core box needs more than 60 s to start the server
+    with prefect_test_harness(server_startup_timeout=180):
         yield
 
 

@@ -42,6 +42,7 @@ import torch
 from coevolve.policy.base import SamplingParams
 from coevolve.registry import resolve
 from coevolve.tasks import Task
+from coevolve.timing import Splits
 from coevolve.train.result import TrainResult, checkpoint_path
 from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty
 from coevolve.train.scoring import Chunk, forward_backward, plan
@@ -326,31 +327,20 @@ def _train(
     on_step: Callable[[StepStats], None] | None,
 ) -> TrainResult:
     from coevolve.policy import load_policy
-    from coevolve.train.sft import reference_chats, run_sft
 
     t = cfg.train
+    splits = Splits()
     env = resolve("environment", cfg.env.name)()
-    policy = cast("LocalPolicy", load_policy(cfg.policy, policy_in))  # policy.backend is 'local'
-    # LoRA layers are injected into policy.model itself, so the policy samples through them
-    model = attach_lora(policy.model, t.lora_r, t.lora_alpha) if t.lora else policy.model
-    ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False) if t.kl_coef > 0 and not t.lora else None
+    with splits.part("load"):
+        policy = cast("LocalPolicy", load_policy(cfg.policy, policy_in))  # policy.backend is 'local'
+        # LoRA layers are injected into policy.model itself, so the policy samples through them
+        model = attach_lora(policy.model, t.lora_r, t.lora_alpha) if t.lora else policy.model
+        ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False) if t.kl_coef > 0 and not t.lora else None
 
     # a warm start: only when this round starts from the base model, not from a trained checkpoint
-    if t.sft_steps > 0 and policy_in == cfg.policy.model:
-        chats = reference_chats(env, tasks, step_limit=cfg.env.step_limit, seed=seed)
-        examples = [encode_result(policy.tokenizer, r, cfg.policy.tool_format, t.max_seq_tokens) for r in chats]
-        run_sft(
-            model,
-            policy.tokenizer,
-            examples,
-            steps=t.sft_steps,
-            batch_size=t.sft_batch_size,
-            lr=t.sft_lr,
-            micro_batch_size=t.micro_batch_size,
-            seed=seed,
-            share_prefix=t.share_prefix,
-        )
-        policy.prefix_cache.clear()
+    with splits.part("sft"):
+        if t.sft_steps > 0 and policy_in == cfg.policy.model:
+            _warm_start(policy, model, env, tasks, cfg, seed)
 
     trainer = GrpoTrainer(policy, env, cfg, model, ref_model)
     rewards: list[float] = []
@@ -359,12 +349,14 @@ def _train(
     for step in range(1, t.steps + 1):
         started = time.monotonic()
         epoch, step_tasks = next(batches)
-        results = trainer.rollouts(
-            step_tasks, run_id=run_id, round=round, step=step, epoch=epoch, seed=seed * 100 + step
-        )
-        rows = [row for r in results for row in r.steps]
-        store.write("rollouts", round, f"{run_id}-train-s{step:04d}", rows)
-        updates = trainer.update(results)
+        with splits.part("rollouts"):
+            results = trainer.rollouts(
+                step_tasks, run_id=run_id, round=round, step=step, epoch=epoch, seed=seed * 100 + step
+            )
+            rows = [row for r in results for row in r.steps]
+            store.write("rollouts", round, f"{run_id}-train-s{step:04d}", rows)
+        with splits.part("update"):
+            updates = trainer.update(results)
         if updates:
             store.write(
                 "train_steps",
@@ -390,11 +382,36 @@ def _train(
                     extra={k: last.get(k, 0.0) for k in ("kl", "clip_frac", "grad_norm", "n_sequences")},
                 )
             )
-    out = save_checkpoint(model, policy.tokenizer, checkpoint_path(cfg, run_id, round))
+    with splits.part("checkpoint"):
+        out = save_checkpoint(model, policy.tokenizer, checkpoint_path(cfg, run_id, round))
     n = len(rewards)
     return TrainResult(
         checkpoint=out,
         n_rollouts=n,
         mean_reward=sum(rewards) / n if n else 0.0,
         success_rate=sum(successes) / n if n else 0.0,
+        timings=splits.seconds,
     )
+
+
+def _warm_start(
+    policy: "LocalPolicy", model: torch.nn.Module, env: Any, tasks: list[Task], cfg: Any, seed: int
+) -> None:
+    """SFT on the reference trajectories of ``tasks`` (``coevolve.train.sft``), in place."""
+    from coevolve.train.sft import reference_chats, run_sft
+
+    t = cfg.train
+    chats = reference_chats(env, tasks, step_limit=cfg.env.step_limit, seed=seed)
+    examples = [encode_result(policy.tokenizer, r, cfg.policy.tool_format, t.max_seq_tokens) for r in chats]
+    run_sft(
+        model,
+        policy.tokenizer,
+        examples,
+        steps=t.sft_steps,
+        batch_size=t.sft_batch_size,
+        lr=t.sft_lr,
+        micro_batch_size=t.micro_batch_size,
+        seed=seed,
+        share_prefix=t.share_prefix,
+    )
+    policy.prefix_cache.clear()

@@ -7,7 +7,7 @@ trainers and no trainer points back up.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,6 +20,9 @@ class TrainResult:
     n_rollouts: int  # training episodes run (all steps of the round)
     mean_reward: float  # mean episode partial reward over those episodes
     success_rate: float  # share of those episodes the benchmark scored a success
+    # where the time went (coevolve.timing.SPLIT_COLUMNS["train"]: load, sft, rollouts, update,
+    # checkpoint); a trainer that cannot tell (verl) leaves it empty
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def checkpoint_path(cfg: "RunConfig", run_id: str, round: int) -> str:

@@ -118,15 +118,34 @@ _TIMINGS = [
     ("eval", "t_evaluate"),
     ("total", "t_total"),
 ]
+# where the time went inside train, validate and evaluate (coevolve.timing.SPLIT_COLUMNS)
+_SPLITS = [
+    ("round", "round"),
+    ("load", "t_train_load"),
+    ("sft", "t_train_sft"),
+    ("rollout", "t_train_rollouts"),
+    ("update", "t_train_update"),
+    ("ckpt", "t_train_checkpoint"),
+    ("pass1", "t_validate_pass1"),
+    ("pass2", "t_validate_pass2"),
+    ("prefill", "t_evaluate_prefill"),
+    ("decode", "t_evaluate_decode"),
+    ("rest", "t_evaluate_rest"),
+]
 
 
 def summary_tables(rows: list[dict]):
-    """Two tables (metrics; stage seconds) that fit an 80-column terminal."""
+    """Three tables (metrics; stage seconds; the split inside train, validate and evaluate) that
+    fit an 80-column terminal; the third only for rounds that recorded a split."""
     from rich import box
     from rich.table import Table
 
     out = []
-    for title, cols in (("per-round summary", _METRICS), ("stage timings (seconds)", _TIMINGS)):
+    split_rows = [r for r in rows if any(r.get(key) is not None for _, key in _SPLITS[1:])]
+    tables = [("per-round summary", _METRICS, rows), ("stage timings (seconds)", _TIMINGS, rows)]
+    if split_rows:
+        tables.append(("inside train | validate | evaluate (seconds)", _SPLITS, split_rows))
+    for title, cols, table_rows in tables:
         table = Table(
             title=f"coevolve: {title}", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True
         )
@@ -134,7 +153,7 @@ def summary_tables(rows: list[dict]):
             table.caption = "round 0: the seed pool, synthesized from training-scenario states"
         for head, _ in cols:
             table.add_column(head, justify="right", no_wrap=True, min_width=len(head))
-        for row in rows:
+        for row in table_rows:
             cells = []
             for _, key in cols:
                 v = row.get(key)
