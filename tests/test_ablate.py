@@ -156,7 +156,9 @@ def test_ablation_flow_then_cli_resume_then_nothing_repeated(prefect_harness, tm
     assert (tmp_path / "report" / "score.png").is_file()
 
 
-@pytest.mark.parametrize("preset,rounds", [("ablate-cpu.yaml", 2), ("ablate-gpu.yaml", 3)])
+@pytest.mark.parametrize(
+    "preset,rounds", [("ablate-cpu.yaml", 2), ("ablate-gpu.yaml", 3), ("ablate-gpu-local.yaml", 3)]
+)
 def test_presets_are_the_ladder_with_two_seeds(preset, rounds):
     cfg = load_config(str(ROOT / "configs" / preset))
     runs = plan(cfg, cfg.ablate.seeds, cfg.rounds)

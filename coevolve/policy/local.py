@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from coevolve.config import PolicyConfig
+from coevolve.config import ConfigError, PolicyConfig
 from coevolve.policy.base import Generation, Message, Request, SamplingParams, StreamingPolicy, row_seed
 from coevolve.policy.decoder import Decoder, DecodeStats, Row
 from coevolve.policy.kv_cache import growing_cache
@@ -92,6 +92,23 @@ def generation_dtype(name: str, model: torch.nn.Module, device: torch.device) ->
     return torch.bfloat16 if device.type == "cpu" and _cpu_has_native_bf16() else torch.float32
 
 
+def policy_device(name: str) -> torch.device:
+    """``policy.device`` resolved: 'auto' is the first CUDA GPU when torch sees one, else the CPU;
+    'cuda' / 'cuda:<i>' must name a GPU torch can see (``ConfigError`` otherwise)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"policy.device is {name!r} but torch {torch.__version__} sees no CUDA GPU "
+                "(a CPU-only build, or no driver): set policy.device to 'cpu' or 'auto'"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"policy.device is {name!r} but torch sees {torch.cuda.device_count()} CUDA GPU(s)")
+    return device
+
+
 class LocalPolicy(StreamingPolicy):
     """Policy over a local Hugging Face causal LM. Exposes ``model``, ``tokenizer``, ``model_path``."""
 
@@ -110,7 +127,7 @@ class LocalPolicy(StreamingPolicy):
         self.cfg = cfg
         self.model_path = resolve_model(checkpoint or cfg.model)
         self.version = checkpoint or cfg.model
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = policy_device(device or cfg.device)  # the argument, else policy.device
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         # float32 weights: what the local trainer updates in place (LoRA or full)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32).to(self.device).eval()

@@ -45,7 +45,7 @@ from coevolve.tasks import Task
 from coevolve.timing import Splits
 from coevolve.train.result import TrainResult, checkpoint_path
 from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty
-from coevolve.train.scoring import Chunk, forward_backward, plan
+from coevolve.train.scoring import Chunk, forward_backward, model_device, plan
 from coevolve.train.sequences import TokenSequence, encode_chat, episode_sequences, wire_renderer
 
 if TYPE_CHECKING:
@@ -188,7 +188,14 @@ class GrpoTrainer:
         seqs, advs = self._sequences(results, adv)
         if not seqs:  # no optimizer step, so the schedule (counted in optimizer steps) waits too
             return []
-        chunks = plan(seqs, self.pad_id, advs, micro_batch_size=t.micro_batch_size, share_prefix=t.share_prefix)
+        chunks = plan(
+            seqs,
+            self.pad_id,
+            advs,
+            micro_batch_size=t.micro_batch_size,
+            share_prefix=t.share_prefix,
+            device=model_device(self.model),
+        )
         n_trained = sum(int(b["targets"].numel()) for c in chunks for b in c.batches)
         n_computed = sum(len(c.prefix) + sum(int(b["input_ids"].numel()) for b in c.batches) for c in chunks)
         refs = [self._reference_logprobs(c) for c in chunks] if t.kl_coef > 0 else None

@@ -39,38 +39,50 @@ import torch
 from coevolve.train.sequences import TokenSequence
 
 
-def pack(seqs: list[TokenSequence], pad_id: int, advantages: list[float] | None = None) -> dict[str, Any]:
+def pack(
+    seqs: list[TokenSequence],
+    pad_id: int,
+    advantages: list[float] | None = None,
+    *,
+    device: torch.device | str | None = None,
+) -> dict[str, Any]:
     """Right-pad ``seqs`` into ``input_ids`` [B, T] (``attention_mask`` [B, T] only when lengths
     differ: an unpadded batch takes the causal fast path) and flatten what the loss needs over
     the N sampled tokens: ``rows``, ``cols`` [N] (the predicting position: ``cols + 1`` is the
     sampled token), ``targets`` [N], ``old_logp`` [N] float32 and ``adv`` [N] (each sequence's
-    advantage, 0 when ``advantages`` is None)."""
+    advantage, 0 when ``advantages`` is None). Every tensor is built on ``device`` (default the
+    CPU): the model's device (``model_device``), so that a CUDA model is fed CUDA tensors."""
     width = max(len(s.ids) for s in seqs)
-    input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     padded = any(len(s.ids) != width for s in seqs)
-    attention = torch.zeros((len(seqs), width), dtype=torch.long) if padded else None
+    ids_rows, attention_rows = [], []
     rows, cols, old, adv = [], [], [], []
     for b, s in enumerate(seqs):
-        input_ids[b, : len(s.ids)] = torch.tensor(s.ids, dtype=torch.long)
-        if attention is not None:
-            attention[b, : len(s.ids)] = 1
+        ids_rows.append(list(s.ids) + [pad_id] * (width - len(s.ids)))
+        attention_rows.append([1] * len(s.ids) + [0] * (width - len(s.ids)))
         for t in range(1, len(s.ids)):  # nothing predicts the first token
             if s.mask[t]:
                 rows.append(b)
                 cols.append(t - 1)
                 old.append(s.logprobs[t])
                 adv.append(advantages[b] if advantages is not None else 0.0)
-    rows_t, cols_t = torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)
+    input_ids = torch.tensor(ids_rows, dtype=torch.long, device=device)
+    rows_t = torch.tensor(rows, dtype=torch.long, device=device)
+    cols_t = torch.tensor(cols, dtype=torch.long, device=device)
     return {
         "input_ids": input_ids,
-        "attention_mask": attention,
+        "attention_mask": torch.tensor(attention_rows, dtype=torch.long, device=device) if padded else None,
         "rows": rows_t,
         "cols": cols_t,
         "targets": input_ids[rows_t, cols_t + 1],
-        "old_logp": torch.tensor(old, dtype=torch.float32),
-        "adv": torch.tensor(adv, dtype=torch.float32),
+        "old_logp": torch.tensor(old, dtype=torch.float32, device=device),
+        "adv": torch.tensor(adv, dtype=torch.float32, device=device),
         "n_tokens": sum(len(s.ids) for s in seqs),
     }
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s parameters (where ``pack`` must build its batches)."""
+    return next(model.parameters()).device
 
 
 def _decoder_and_head(model: torch.nn.Module) -> tuple[Any, Any] | None:
@@ -100,6 +112,12 @@ def sampled_logprobs(
     ``batch`` then holds one unpadded sequence and positions continue after the prefix).
     """
     scale = 1.0 / temperature if temperature > 0 else 1.0
+    device = batch["input_ids"].device
+    if device != model_device(model):
+        raise ValueError(
+            f"the batch is on {device} and the model on {model_device(model)}: build it with "
+            "pack(..., device=model_device(model)) (plan takes the same device)"
+        )
     parts = _decoder_and_head(model)
     kwargs: dict[str, Any] = {
         "input_ids": batch["input_ids"],
@@ -113,7 +131,7 @@ def sampled_logprobs(
         kwargs.update(
             past_key_values=DynamicCache(ddp_cache_data=list(past)),
             use_cache=True,
-            position_ids=torch.arange(offset, offset + width)[None],
+            position_ids=torch.arange(offset, offset + width, device=device)[None],
         )
         if parts is None:
             raise ValueError("a shared prefix needs a decoder + output head model")
@@ -162,6 +180,7 @@ def plan(
     micro_batch_size: int = 1,
     share_prefix: bool = True,
     min_prefix: int = 32,
+    device: torch.device | str | None = None,
 ) -> list[Chunk]:
     """Chunks of forward work over ``seqs`` (see the module docstring).
 
@@ -170,14 +189,14 @@ def plan(
     sequence joins when ``(n - 1) x (P - p) <= p`` (the prefix P of the n members shrinks to p,
     which the others then recompute, against the p tokens the newcomer saves). Members are
     scored one at a time (no padding). Otherwise: micro-batches of ``micro_batch_size``
-    sequences in the given order, no prefix.
+    sequences in the given order, no prefix. Batches are built on ``device`` (``pack``).
     """
     adv = advantages if advantages is not None else [0.0] * len(seqs)
     if not share_prefix:
         return [
             Chunk(
                 [],
-                [pack(seqs[i : i + micro_batch_size], pad_id, adv[i : i + micro_batch_size])],
+                [pack(seqs[i : i + micro_batch_size], pad_id, adv[i : i + micro_batch_size], device=device)],
                 list(range(i, min(i + micro_batch_size, len(seqs)))),
             )
             for i in range(0, len(seqs), micro_batch_size)
@@ -207,6 +226,7 @@ def plan(
                 ],
                 pad_id,
                 [adv[m]],
+                device=device,
             )
             for m in members
         ]
@@ -236,7 +256,8 @@ def forward_backward(
     if parts is None:
         raise ValueError("a shared prefix needs a decoder + output head model; plan with share_prefix=False")
     decoder = parts[0]
-    cache = decoder(input_ids=torch.tensor([chunk.prefix]), use_cache=True).past_key_values
+    prefix_ids = torch.tensor([chunk.prefix], device=model_device(model))
+    cache = decoder(input_ids=prefix_ids, use_cache=True).past_key_values
     kv = [(layer.keys, layer.values) for layer in cache.layers]
     grads = loss_fn is not None and torch.is_grad_enabled()
     # members attach to leaf copies of the prefix's cache: their gradients gather there, and

@@ -25,7 +25,7 @@ import torch
 
 from coevolve.policy.base import SamplingParams
 from coevolve.tasks import Task
-from coevolve.train.scoring import forward_backward, plan
+from coevolve.train.scoring import forward_backward, model_device, plan
 from coevolve.train.sequences import TokenSequence
 
 
@@ -114,7 +114,8 @@ def run_sft(
 
         seqs = [TokenSequence(ids=ids, mask=mask, logprobs=[0.0] * len(ids)) for ids, mask in chosen]
         # log-probs at the assistant tokens only: the output head never sees the prompts
-        for chunk in plan(seqs, pad, None, micro_batch_size=micro, share_prefix=share_prefix):
+        chunks = plan(seqs, pad, None, micro_batch_size=micro, share_prefix=share_prefix, device=model_device(model))
+        for chunk in chunks:
             forward_backward(model, chunk, 1.0, nll)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
