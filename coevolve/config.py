@@ -130,6 +130,13 @@ class TrainConfig:
         "base model (0 = off).",
         10,
     )
+    warm_start_cache: bool = _help(
+        "Reuse an SFT warm start computed before on this machine with the same base model, examples, "
+        "settings and seed ($COEVOLVE_CACHE/warm-start; coevolve/train/warm_start_cache.py): every "
+        "ablation condition of a seed and every rerun into a new store warm-start identically. "
+        "False: always recompute.",
+        True,
+    )
     steps: int = _help("GRPO steps per round.", 2)
     tasks_per_step: int = _help("Tasks per GRPO step.", 2)
     group_size: int = _help("Rollouts per task (the GRPO group, n).", 4)

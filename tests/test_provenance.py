@@ -99,6 +99,7 @@ def test_no_benchmark_question_or_ground_truth_reaches_the_training_side(sentine
             "train.steps": 1,
             "train.sft_steps": 1,
             "train.sft_batch_size": 1,
+            "train.warm_start_cache": False,  # run_sft must run: its examples are inspected
             "train.tasks_per_step": 1,
             "train.group_size": 2,
             "env.step_limit": 1,

@@ -404,12 +404,31 @@ def _train(
 def _warm_start(
     policy: "LocalPolicy", model: torch.nn.Module, env: Any, tasks: list[Task], cfg: Any, seed: int
 ) -> None:
-    """SFT on the reference trajectories of ``tasks`` (``coevolve.train.sft``), in place."""
+    """SFT on the reference trajectories of ``tasks`` (``coevolve.train.sft``), in place; or its
+    result from the machine's cache (``coevolve.train.warm_start_cache``) when it was computed before."""
+    from coevolve.train import warm_start_cache
     from coevolve.train.sft import reference_chats, run_sft
 
     t = cfg.train
     chats = reference_chats(env, tasks, step_limit=cfg.env.step_limit, seed=seed)
     examples = [encode_result(policy.tokenizer, r, cfg.policy.tool_format, t.max_seq_tokens) for r in chats]
+    settings = {
+        k: getattr(t, k)
+        for k in (
+            "sft_steps",
+            "sft_batch_size",
+            "sft_lr",
+            "micro_batch_size",
+            "share_prefix",
+            "lora",
+            "lora_r",
+            "lora_alpha",
+        )
+    }
+    key = warm_start_cache.cache_key(policy.model_path, examples, {**settings, "seed": seed})
+    if t.warm_start_cache and warm_start_cache.load(model, key):
+        policy.prefix_cache.clear()
+        return
     run_sft(
         model,
         policy.tokenizer,
@@ -421,4 +440,6 @@ def _warm_start(
         seed=seed,
         share_prefix=t.share_prefix,
     )
+    if t.warm_start_cache:
+        warm_start_cache.save(model, key)
     policy.prefix_cache.clear()
