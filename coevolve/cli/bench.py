@@ -117,8 +117,16 @@ def bench_rollout(
         "steps are too small to split across cores.",
     ),
     seed: int = typer.Option(0, help="Seed of the rollouts."),
+    limits: bool = typer.Option(
+        True,
+        "--limits/--no-limits",
+        help="Also run the batched run's first prompts through the engine, plain transformers generate() "
+        "and the memory-bandwidth bound (decode and prefill tokens/s side by side).",
+    ),
+    limit_tokens: int = typer.Option(64, help="Tokens each prompt generates in the --limits comparison (>= 2)."),
 ) -> None:
-    """Rollout engine throughput: batched vs one episode at a time, plus a same-seed replay check."""
+    """Rollout engine throughput: batched vs one episode at a time, a same-seed replay check, and
+    generation against transformers generate() and the bandwidth bound."""
     from coevolve.bench.rollout import bench
     from coevolve.config import PolicyConfig
 
@@ -140,6 +148,8 @@ def bench_rollout(
         step_limit=step_limit,
         threads=threads,
         seed=seed,
+        with_limits=limits,
+        limit_tokens=limit_tokens,
         echo=console.print,
     )
 
