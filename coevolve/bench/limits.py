@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -50,7 +50,7 @@ def weight_bytes(model: torch.nn.Module) -> int:
 
 def kv_bytes_per_token(model: torch.nn.Module, dtype: torch.dtype) -> int:
     """KV cache bytes one token of context holds (every layer, keys and values)."""
-    cfg = model.config.get_text_config(decoder=True)
+    cfg = cast(Any, model).config.get_text_config(decoder=True)
     heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     return 2 * cfg.num_hidden_layers * heads * head_dim * torch.empty(0, dtype=dtype).element_size()
@@ -87,7 +87,7 @@ def _generate(model: torch.nn.Module, prompts: list[list[int]], new_tokens: int,
 
     def run(n: int) -> float:
         t = time.perf_counter()
-        out = model.generate(
+        out = cast(Any, model).generate(
             input_ids=ids,
             attention_mask=mask,
             max_new_tokens=n,
