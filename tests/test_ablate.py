@@ -126,6 +126,8 @@ def test_ablation_flow_then_cli_resume_then_nothing_repeated(prefect_harness, tm
     assert out.exit_code == 0, out.output
     assert out.output.count("skipped (finished)") == 4
     assert "held-out success rate and reward" in out.output and "signal-guided" in out.output
+    # the paired comparison of neighbouring rungs: two seeds are too few for a verdict
+    assert "upper - lower rung" in out.output and "too few seeds for a verdict" in out.output
     assert all(p.stat().st_mtime_ns == t for p, t in first.items())  # seed 0 untouched
 
     rows = sql(store, "select condition, seed, round, eval_score from ablations order by all")

@@ -45,34 +45,46 @@ def summary_table(df):
     return table
 
 
+SHORT_METRICS = {
+    "eval_score": "success",
+    "eval_reward": "reward",
+    "synth_score": "synth success",
+    "synth_reward": "synth reward",
+}
+
+
 def print_comparisons(run) -> None:
     """The paired differences of neighbouring rungs at the last round, and the verdicts in words."""
     from rich import box
     from rich.table import Table
 
     from coevolve.ablate import ablation_store
-    from coevolve.ablate_stats import METRICS, compare, verdicts
+    from coevolve.ablate_stats import compare, verdicts
 
     comps = compare(ablation_store(run).read("ablations").to_pylist())
     if comps:
         last = max(c.round for c in comps)
+        short = {"zero-shot": "zero-shot", "static": "static", "random": "random", "signal-guided": "guided"}
         table = Table(
-            title=f"neighbouring rungs, round {last}: paired difference per seed (95% bootstrap CI, sign test)",
+            title=f"round {last}: upper - lower rung, paired per seed (95% bootstrap CI)",
             box=box.SIMPLE_HEAD,
+            padding=(0, 1),
             pad_edge=False,
+            collapse_padding=True,
         )
-        for col in ("pair", "metric", "seeds", "diff", "95% CI", "up/down", "p", "verdict"):
+        apart = {"above": "yes (+)", "below": "yes (-)", "not separated": "no", "too few seeds": "n < 3"}
+        seeds = max(len(c.diffs) for c in comps)
+        table.title = f"round {last}, {seeds} seeds: upper - lower rung, paired per seed (95% bootstrap CI)"
+        for col in ("pair", "metric", "diff", "95% CI", "up/dn", "apart"):
             table.add_column(col, justify="left" if col in ("pair", "metric", "verdict") else "right", no_wrap=True)
         for c in (c for c in comps if c.round == last):
             table.add_row(
-                f"{c.upper} - {c.lower}",
-                METRICS.get(c.metric, c.metric),
-                str(len(c.diffs)),
+                f"{short.get(c.upper, c.upper)} - {short.get(c.lower, c.lower)}",
+                SHORT_METRICS.get(c.metric, c.metric),
                 f"{c.mean:+.3f}",
                 f"[{c.lo:+.3f}, {c.hi:+.3f}]",
                 f"{c.wins}/{c.losses}",
-                f"{c.sign_p:.2f}",
-                c.verdict,
+                apart[c.verdict],
             )
         console.print(table)
     for line in verdicts(comps):
