@@ -21,9 +21,9 @@ import random
 from coevolve.abstract import candidate_rows, group_runs
 from coevolve.config import RunConfig
 from coevolve.envs.base import Environment
-from coevolve.explore import coverage_contexts, make_explorer, run_sessions, session_rows
+from coevolve.explore import session_rows
 from coevolve.registry import resolve
-from coevolve.synth import STATIC
+from coevolve.synth import explore_states
 from coevolve.tasks import Task
 from coevolve.validate import validate_rows
 
@@ -52,12 +52,8 @@ def synthesize_heldout(cfg: RunConfig, env: Environment | None = None) -> list[T
     states = heldout_states(cfg, env)
     if not states:
         return []
-    seed, s = cfg.seed + SEED_OFFSET, cfg.synth
-    avoid = frozenset(cfg.validate_.blocked_functions)
-    contexts = coverage_contexts(
-        states, len(states) * s.contexts_per_scenario, random.Random(f"{seed}/heldout-contexts"), avoid, STATIC
-    )
-    sessions = run_sessions(make_explorer(cfg, s.explorer), contexts, env, s.runs_per_context, s.steps_per_run, seed)
+    seed = cfg.seed + SEED_OFFSET
+    sessions = explore_states(cfg, env, states, seed, "heldout-contexts")
     run_id = f"{cfg.run_name}-{HELDOUT}"
     runs = group_runs(session_rows(run_id, sessions), {t.task_id: t for t in states}, env)
     pending = [r for r in candidate_rows(cfg, runs, run_id, 0) if not r.get("verdict")]

@@ -18,6 +18,7 @@ synthetic data").
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from coevolve.config import ConfigError, RunConfig
 from coevolve.envs.base import Environment
@@ -43,16 +44,23 @@ def synthesis_states(cfg: RunConfig, env: Environment | None = None) -> list[Tas
     return [t for t in states if env.scenario_of(t) in chosen]
 
 
+def explore_states(cfg: RunConfig, env: Environment, states: list[Task], seed: int, label: str) -> list[Any]:
+    """Round 0's synthesizer up to exploration: ``synth.contexts_per_scenario`` coverage contexts
+    per state (their focus tools drawn with ``<seed>/<label>``), each explored ``synth.runs_per_context``
+    times for ``synth.steps_per_run`` steps by ``synth.explorer``; returns the sessions."""
+    from coevolve.explore import coverage_contexts, make_explorer, run_sessions
+
+    s = cfg.synth
+    avoid = frozenset(cfg.validate_.blocked_functions)
+    rng = random.Random(f"{seed}/{label}")
+    contexts = coverage_contexts(states, len(states) * s.contexts_per_scenario, rng, avoid, STATIC)
+    return run_sessions(make_explorer(cfg, s.explorer), contexts, env, s.runs_per_context, s.steps_per_run, seed)
+
+
 def explore_static(store: Store, cfg: RunConfig, run_id: str) -> int:
     """Explore round 0's coverage contexts; write ``explorations`` rows (round 0); return their count."""
-    from coevolve.explore import coverage_contexts, make_explorer, run_sessions, session_rows
+    from coevolve.explore import session_rows
 
     env = resolve("environment", cfg.env.name)()
-    states = synthesis_states(cfg, env)
-    avoid = frozenset(cfg.validate_.blocked_functions)
-    rng = random.Random(f"{cfg.seed}/static-contexts")
-    contexts = coverage_contexts(states, len(states) * cfg.synth.contexts_per_scenario, rng, avoid, STATIC)
-    explorer = make_explorer(cfg, cfg.synth.explorer)
-    s = cfg.synth
-    sessions = run_sessions(explorer, contexts, env, s.runs_per_context, s.steps_per_run, cfg.seed)
+    sessions = explore_states(cfg, env, synthesis_states(cfg, env), cfg.seed, "static-contexts")
     return store.write("explorations", 0, f"{run_id}-explore", session_rows(run_id, sessions))

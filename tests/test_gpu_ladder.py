@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_ablate import SMALL as ABLATE_SMALL  # tests/ is on sys.path (pytest rootdir-relative import)
 
 from coevolve.ablate import CONDITIONS
 
@@ -17,24 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "infra" / "gpu-ladder.sh"
 PY = ["--python", sys.executable]
 
-# tests/test_ablate.py's smallest budgets that still run every stage of every condition, plus a
-# short evaluation (one category, 8 new tokens)
-SMALL = {
-    "train.sft_steps": 1,
-    "train.steps": 1,
-    "train.tasks_per_step": 1,
-    "train.group_size": 2,
-    "synth.scenarios": 2,
-    "synth.contexts_per_scenario": 1,
-    "eval.scenarios": 1,
-    "eval.step_limit": 1,
-    "eval.max_new_tokens": 8,
-    "eval.categories": "[multi_turn_base]",
-    "env.step_limit": 1,
-    "policy.max_new_tokens": 8,
-    "explore.runs_per_context": 1,
-    "explore.steps_per_run": 2,
-}
+# test_ablate's smallest budgets that still run every stage of every condition, plus a short
+# evaluation (one category, 8 new tokens)
+SMALL = {**ABLATE_SMALL, "eval.max_new_tokens": 8, "eval.categories": "[multi_turn_base]"}
 
 
 def ladder(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
