@@ -148,7 +148,8 @@ class TrainConfig:
     clip_eps: float = _help("PPO clip range of the ratio to the behaviour (sampling) policy.", 0.2)
     ppo_epochs: int = _help(
         "Optimizer steps per GRPO step, each a pass over the step's rollouts: the first is on-policy "
-        "(ratio 1 up to the bf16-sampling/fp32-training gap), later ones reuse the samples under the clip. "
+        "(ratio 1 up to rounding: train.precision 'auto' scores in the precision the policy sampled in), "
+        "later ones reuse the samples under the clip. "
         "1 on a CPU, where one pass over a default step's SmolLM2 rollouts (~20k tokens) takes about 2 "
         "minutes on 2 cores; configs/tiny.yaml and the GPU config use 2.",
         1,
@@ -169,6 +170,13 @@ class TrainConfig:
         "gradient, about half the tokens of a default CPU step. Off: micro-batches of "
         "micro_batch_size whole sequences (padded; the better choice for large GPU batches).",
         True,
+    )
+    precision: str = _help(
+        "What the local trainer's forward and backward passes compute in (SFT warm start, GRPO "
+        "update): 'auto' (bfloat16 wherever policy.dtype 'auto' generates in bfloat16: a GPU or a CPU "
+        "with native bfloat16, models of 50M+ parameters; else float32), 'float32' or 'bfloat16'. "
+        "Weights, gradients, the optimizer and the output head stay float32 (torch autocast).",
+        "auto",
     )
     max_seq_tokens: int = _help("Longest training sequence; longer episodes are cut from the left.", 1536)
     sft_batch_size: int = _help("Reference trajectories per SFT warm-start step.", 2)
@@ -191,6 +199,8 @@ class TrainConfig:
             raise ConfigError("train.group_size must be >= 2: GRPO normalizes rewards within a group")
         if self.ppo_epochs < 1 or self.threads < 0:
             raise ConfigError("train.ppo_epochs must be >= 1 and train.threads >= 0")
+        if self.precision not in ("auto", "float32", "bfloat16"):
+            raise ConfigError(f"train.precision must be 'auto', 'float32' or 'bfloat16', not {self.precision!r}")
         if self.tasks_per_step < 1 or self.micro_batch_size < 1 or self.sft_batch_size < 1:
             raise ConfigError("train.tasks_per_step, train.micro_batch_size and train.sft_batch_size must be >= 1")
         schedules = (

@@ -45,7 +45,7 @@ from coevolve.tasks import Task
 from coevolve.timing import Splits
 from coevolve.train.result import TrainResult, checkpoint_path
 from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty
-from coevolve.train.scoring import Chunk, forward_backward, model_device, plan
+from coevolve.train.scoring import Chunk, compute_precision, forward_backward, model_device, plan
 from coevolve.train.sequences import TokenSequence, encode_chat, episode_sequences, wire_renderer
 
 if TYPE_CHECKING:
@@ -75,6 +75,18 @@ def attach_lora(model: torch.nn.Module, r: int, alpha: int) -> torch.nn.Module:
 
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     return get_peft_model(model, config)
+
+
+def training_dtype(name: str, model: torch.nn.Module) -> torch.dtype:
+    """``train.precision`` resolved for ``model``: 'auto' computes in bfloat16 exactly where the
+    policy generates in it by default (``generation_dtype``), so the trainer scores sampled
+    tokens in the precision they were sampled in; else float32."""
+    if name != "auto":
+        return getattr(torch, name)
+    from coevolve.policy.local import generation_dtype
+
+    dtype = generation_dtype("auto", model, model_device(model))
+    return dtype if dtype == torch.bfloat16 else torch.float32
 
 
 def encode_result(tokenizer: Any, result: Any, tool_format: str, max_tokens: int) -> tuple[list[int], list[int]]:
@@ -132,6 +144,7 @@ class GrpoTrainer:
         )
         # behaviour log-probs were recorded on logits / temperature; the trainer scores the same
         self.temperature = cfg.policy.temperature
+        self.dtype = training_dtype(t.precision, model)
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
 
@@ -198,20 +211,23 @@ class GrpoTrainer:
         )
         n_trained = sum(int(b["targets"].numel()) for c in chunks for b in c.batches)
         n_computed = sum(len(c.prefix) + sum(int(b["input_ids"].numel()) for b in c.batches) for c in chunks)
-        refs = [self._reference_logprobs(c) for c in chunks] if t.kl_coef > 0 else None
+        precision = compute_precision(self.dtype, model_device(self.model))
+        with precision:
+            refs = [self._reference_logprobs(c) for c in chunks] if t.kl_coef > 0 else None
         out = []
         for epoch in range(t.ppo_epochs):
-            stats = grpo_optimizer_step(
-                self.model,
-                self.params,
-                self.optimizer,
-                chunks,
-                refs=refs,
-                temperature=self.temperature,
-                clip_eps=t.clip_eps,
-                kl_coef=t.kl_coef,
-                max_grad_norm=t.max_grad_norm,
-            )
+            with precision:
+                stats = grpo_optimizer_step(
+                    self.model,
+                    self.params,
+                    self.optimizer,
+                    chunks,
+                    refs=refs,
+                    temperature=self.temperature,
+                    clip_eps=t.clip_eps,
+                    kl_coef=t.kl_coef,
+                    max_grad_norm=t.max_grad_norm,
+                )
             self.scheduler.step()
             out.append(
                 {
@@ -425,7 +441,8 @@ def _warm_start(
             "lora_alpha",
         )
     }
-    key = warm_start_cache.cache_key(policy.model_path, examples, {**settings, "seed": seed})
+    dtype = training_dtype(t.precision, model)
+    key = warm_start_cache.cache_key(policy.model_path, examples, {**settings, "seed": seed, "dtype": str(dtype)})
     if t.warm_start_cache and warm_start_cache.load(model, key):
         policy.prefix_cache.clear()
         return
@@ -439,6 +456,7 @@ def _warm_start(
         micro_batch_size=t.micro_batch_size,
         seed=seed,
         share_prefix=t.share_prefix,
+        dtype=dtype,
     )
     if t.warm_start_cache:
         warm_start_cache.save(model, key)

@@ -31,6 +31,7 @@ once per member.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, cast
 
@@ -83,6 +84,15 @@ def pack(
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of ``model``'s parameters (where ``pack`` must build its batches)."""
     return next(model.parameters()).device
+
+
+def compute_precision(dtype: torch.dtype, device: torch.device) -> contextlib.AbstractContextManager:
+    """The context a forward/backward runs in to compute in ``dtype`` over float32 weights: torch
+    autocast (matmuls and attention in ``dtype``, reductions such as softmax and the loss's
+    log-sum-exp in float32; gradients and the optimizer's state stay float32); nothing for float32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def _decoder_and_head(model: torch.nn.Module) -> tuple[Any, Any] | None:
@@ -138,7 +148,10 @@ def sampled_logprobs(
     if parts is not None:
         decoder, head = parts
         hidden = decoder(**kwargs).last_hidden_state  # [B, T, H]
-        logits = head(hidden[batch["rows"], batch["cols"]])  # [N, V]
+        # the head in the weights' precision even under autocast (compute_precision): a bfloat16 logit of ~15
+        # is off by up to 0.06, as much as the log-prob differences GRPO's ratio measures
+        with torch.autocast(device.type, enabled=False):
+            logits = head(hidden[batch["rows"], batch["cols"]].to(head.weight.dtype))  # [N, V]
     else:
         logits = model(**kwargs).logits[batch["rows"], batch["cols"]]
     logits = logits.float() * scale

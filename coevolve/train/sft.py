@@ -25,7 +25,7 @@ import torch
 
 from coevolve.policy.base import SamplingParams
 from coevolve.tasks import Task
-from coevolve.train.scoring import forward_backward, model_device, plan
+from coevolve.train.scoring import compute_precision, forward_backward, model_device, plan
 from coevolve.train.sequences import TokenSequence
 
 
@@ -79,11 +79,13 @@ def run_sft(
     seed: int,
     micro_batch_size: int | None = None,
     share_prefix: bool = True,
+    dtype: torch.dtype = torch.float32,
 ) -> list[float]:
     """``steps`` optimizer steps of masked NLL on ``examples`` (``(ids, mask)`` pairs from
     ``encode_chat``, cycled in a seeded shuffle, ``batch_size`` per step; examples of a batch that
     share their prompt's head have it computed once (``share_prefix``), others are scored
-    ``micro_batch_size`` at a time, gradients accumulated). Returns each step's loss."""
+    ``micro_batch_size`` at a time, gradients accumulated), computing in ``dtype`` over float32
+    weights (``scoring.compute_precision``). Returns each step's loss."""
     examples = [e for e in examples if sum(e[1]) > 0]
     if steps <= 0 or not examples:
         return []
@@ -115,8 +117,9 @@ def run_sft(
         seqs = [TokenSequence(ids=ids, mask=mask, logprobs=[0.0] * len(ids)) for ids, mask in chosen]
         # log-probs at the assistant tokens only: the output head never sees the prompts
         chunks = plan(seqs, pad, None, micro_batch_size=micro, share_prefix=share_prefix, device=model_device(model))
-        for chunk in chunks:
-            forward_backward(model, chunk, 1.0, nll)
+        with compute_precision(dtype, model_device(model)):
+            for chunk in chunks:
+                forward_backward(model, chunk, 1.0, nll)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         losses.append(total)
