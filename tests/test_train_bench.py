@@ -11,6 +11,8 @@ def test_trainer_and_plain_reference_are_timed_side_by_side():
     m = measure_update("tiny", lora=False, steps=1, batch=2, seq_len=64, threads=1)
     assert m["trainer_s"] > 0 and m["reference_s"] > 0 and m["threads"] == 1
     assert m["ratio"] == m["reference_s"] / m["trainer_s"] and m["tokens"] == 128 and m["trainable"] > 10**6
+    assert m["trainer_bf16_s"] > 0 and m["bf16_speedup"] == m["trainer_s"] / m["trainer_bf16_s"]
+    assert m["auto"] == "float32"  # the tiny model is under the 50M parameters where bfloat16 pays
 
 
 def test_probe_tasks_are_round_zero_synthesized_tasks_split_by_scenario():

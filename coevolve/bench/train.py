@@ -25,16 +25,18 @@ import torch
 def measure_update(
     model_name: str, *, lora: bool, steps: int, batch: int, seq_len: int, seed: int = 0, threads: int = 0
 ) -> dict:
-    """Median seconds per step of the trainer and of the plain reference, after a warm-up step
-    of each: ``{"trainer_s", "reference_s", "ratio" (reference_s / trainer_s), "tokens",
-    "trainable", "threads"}``."""
+    """Median seconds per step of the trainer (float32 and under bfloat16 autocast, as
+    ``train.precision`` gives them) and of the plain float32 reference, after a warm-up step of
+    each: ``{"trainer_s", "trainer_bf16_s", "reference_s", "ratio" (reference_s / trainer_s),
+    "bf16_speedup" (trainer_s / trainer_bf16_s), "auto" (the precision 'auto' picks here),
+    "tokens", "trainable", "threads"}``."""
     import os
 
     from transformers import AutoModelForCausalLM
 
     from coevolve.policy.models import resolve_model
-    from coevolve.train.local import attach_lora, grpo_optimizer_step
-    from coevolve.train.scoring import Chunk, pack, sampled_logprobs
+    from coevolve.train.local import attach_lora, grpo_optimizer_step, training_dtype
+    from coevolve.train.scoring import Chunk, compute_precision, pack, sampled_logprobs
     from coevolve.train.sequences import TokenSequence
 
     before = torch.get_num_threads()
@@ -72,6 +74,10 @@ def measure_update(
                 max_grad_norm=1.0,
             )
 
+        def trainer_bf16_step() -> None:
+            with compute_precision(torch.bfloat16, torch.device("cpu")):
+                trainer_step()
+
         def reference_step() -> None:
             model.train()
             optimizer.zero_grad(set_to_none=True)
@@ -79,18 +85,26 @@ def measure_update(
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
 
-        times: dict[str, list[float]] = {"trainer": [], "reference": []}
+        times: dict[str, list[float]] = {"trainer": [], "trainer_bf16": [], "reference": []}
         for i in range(steps + 1):
-            for name, fn in (("reference", reference_step), ("trainer", trainer_step)):
+            for name, fn in (
+                ("reference", reference_step),
+                ("trainer", trainer_step),
+                ("trainer_bf16", trainer_bf16_step),
+            ):
                 started = time.perf_counter()
                 fn()
                 if i:  # the first step pays for allocation and kernel selection
                     times[name].append(time.perf_counter() - started)
         trainer_s, reference_s = statistics.median(times["trainer"]), statistics.median(times["reference"])
+        bf16_s = statistics.median(times["trainer_bf16"])
         return {
             "trainer_s": trainer_s,
+            "trainer_bf16_s": bf16_s,
             "reference_s": reference_s,
             "ratio": reference_s / trainer_s,
+            "bf16_speedup": trainer_s / bf16_s,
+            "auto": str(training_dtype("auto", model)).removeprefix("torch."),
             "tokens": batch * seq_len,
             "trainable": sum(p.numel() for p in params),
             "threads": torch.get_num_threads(),

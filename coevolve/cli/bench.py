@@ -184,6 +184,9 @@ def bench_train(
         "plain torch s/step",
         "trainer / plain speed",
         "trainer tokens/s",
+        "trainer bf16 s/step",
+        "bf16 speed-up",
+        "precision auto",
     )
     for name in models:
         lora = name != "tiny"
@@ -198,6 +201,9 @@ def bench_train(
             f"{m['reference_s']:.2f}",
             f"{m['ratio']:.0%}",
             f"{m['tokens'] / m['trainer_s']:,.0f}",
+            f"{m['trainer_bf16_s']:.2f}",
+            f"{m['bf16_speedup']:.2f}x",
+            m["auto"],
         )
     print_table(table)
     if whole_step:
