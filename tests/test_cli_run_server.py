@@ -41,3 +41,16 @@ def test_sigkilled_run_leaves_no_prefect_server(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_summary_printed_to_a_log_keeps_every_column(capsys):
+    from flows.cli.run import print_summary
+
+    row = {"round": 1, "pool_size": 160, "eval_reward": 0.085, "synth_score": 0.0, "synth_reward": 0.0604}
+    row.update({"t_train": 500.0, "t_total": 900.0, "t_train_load": 30.0, "t_evaluate_rest": 12.5})
+    print_summary([row])  # stdout is captured here, not a terminal: a log file's case
+    out = capsys.readouterr().out
+    heads = "round pool forget bound rare cands kept pass trainR eval evalR synth synthR".split()
+    header = next(line for line in out.splitlines() if line.split()[:2] == ["round", "pool"])
+    assert header.split() == heads
+    assert "0.06" in out and "12.50" in out  # the last column of the summary and of the split

@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 import typer
 
 from coevolve.cli.app import app
-from coevolve.cli.common import console, parse_sets, preflight
+from coevolve.cli.common import console, parse_sets, preflight, print_table
 
 
 class StageStatus:
@@ -135,8 +135,8 @@ _SPLITS = [
 
 
 def summary_tables(rows: list[dict]):
-    """Three tables (metrics; stage seconds; the split inside train, validate and evaluate) that
-    fit an 80-column terminal; the third only for rounds that recorded a split."""
+    """Three tables (metrics; stage seconds; the split inside train, validate and evaluate), about
+    80 columns wide; the third only for rounds that recorded a split."""
     from rich import box
     from rich.table import Table
 
@@ -161,6 +161,12 @@ def summary_tables(rows: list[dict]):
             table.add_row(*cells)
         out.append(table)
     return out
+
+
+def print_summary(rows: list[dict]) -> None:
+    """The summary tables on stdout; a log file or a pipe gets every column (print_table)."""
+    for table in summary_tables(rows):
+        print_table(table)
 
 
 _PR_SET_PDEATHSIG = 1
@@ -288,6 +294,5 @@ def run(
             rows = evolve(config=config or "", overrides={k: v for k, v in overrides.items() if v is not None})
     finally:
         remove()
-    for table in summary_tables(rows):
-        console.print(table)
+    print_summary(rows)
     console.print(f'Query the results: coevolve sql --store {cfg.store} "select * from rounds"')
