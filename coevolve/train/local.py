@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 import torch
 
 from coevolve.policy.base import SamplingParams
+from coevolve.policy.local import generation_dtype
 from coevolve.registry import resolve
 from coevolve.tasks import Task
 from coevolve.timing import Splits
@@ -83,8 +84,6 @@ def training_dtype(name: str, model: torch.nn.Module) -> torch.dtype:
     tokens in the precision they were sampled in; else float32."""
     if name != "auto":
         return getattr(torch, name)
-    from coevolve.policy.local import generation_dtype
-
     dtype = generation_dtype("auto", model, model_device(model))
     return dtype if dtype == torch.bfloat16 else torch.float32
 
