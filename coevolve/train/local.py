@@ -210,12 +210,10 @@ class GrpoTrainer:
         )
         n_trained = sum(int(b["targets"].numel()) for c in chunks for b in c.batches)
         n_computed = sum(len(c.prefix) + sum(int(b["input_ids"].numel()) for b in c.batches) for c in chunks)
-        precision = compute_precision(self.dtype, model_device(self.model))
-        with precision:
-            refs = [self._reference_logprobs(c) for c in chunks] if t.kl_coef > 0 else None
         out = []
-        for epoch in range(t.ppo_epochs):
-            with precision:
+        with compute_precision(self.dtype, model_device(self.model)):
+            refs = [self._reference_logprobs(c) for c in chunks] if t.kl_coef > 0 else None
+            for epoch in range(t.ppo_epochs):
                 stats = grpo_optimizer_step(
                     self.model,
                     self.params,
@@ -227,19 +225,19 @@ class GrpoTrainer:
                     kl_coef=t.kl_coef,
                     max_grad_norm=t.max_grad_norm,
                 )
-            self.scheduler.step()
-            out.append(
-                {
-                    **stats,
-                    "epoch": epoch,
-                    "reward_mean": float(rewards.mean()),
-                    "reward_std": float(rewards.std(unbiased=False)),
-                    "n_sequences": len(seqs),
-                    "n_tokens": sum(len(s.ids) for s in seqs),
-                    "n_trained_tokens": n_trained,
-                    "n_computed_tokens": n_computed,
-                }
-            )
+                self.scheduler.step()
+                out.append(
+                    {
+                        **stats,
+                        "epoch": epoch,
+                        "reward_mean": float(rewards.mean()),
+                        "reward_std": float(rewards.std(unbiased=False)),
+                        "n_sequences": len(seqs),
+                        "n_tokens": sum(len(s.ids) for s in seqs),
+                        "n_trained_tokens": n_trained,
+                        "n_computed_tokens": n_computed,
+                    }
+                )
         # the policy caches prompt-prefix KV across calls; those keys came from the old weights
         self.policy.prefix_cache.clear()
         return out
