@@ -5,11 +5,12 @@ the end of its log) and stopped afterwards."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from coevolve.processes import stop
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,12 +25,6 @@ FAST = {
     "eval.step_limit": 1,
     "eval.max_new_tokens": 8,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -55,9 +50,4 @@ def running_prefect_server(
                 time.sleep(0.5)
             yield
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop(server, timeout_s=20)

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prefect_helpers import FAST, free_port, running_prefect_server
+from prefect_helpers import FAST, running_prefect_server
+
+from coevolve.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

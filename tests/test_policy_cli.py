@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -10,6 +9,7 @@ import time
 import httpx
 from typer.testing import CliRunner
 
+from coevolve.processes import free_port, stop
 from coevolve.registry import register
 from test_rollout import CounterEnv  # tests/ is on sys.path (pytest rootdir-relative import)
 
@@ -56,9 +56,7 @@ def test_bench_rollout_prints_both_modes_side_by_side():
 
 
 def test_serve_command_answers_on_loopback():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "coevolve.cli", "serve", "--model", "tiny", "--port", str(port), "--threads", "1"],
         stdout=subprocess.PIPE,
@@ -81,8 +79,7 @@ def test_serve_command_answers_on_loopback():
         )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop(proc)
 
 
 def test_generation_limits_count_the_same_tokens_for_engine_and_generate():

@@ -3,7 +3,6 @@ HTTP server (the tiny model), and its retry / error rules against a mock transpo
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 from coevolve.config import PolicyConfig
+from coevolve.processes import free_port
 from coevolve.policy.base import Request, SamplingParams
 from coevolve.policy.local import LocalPolicy
 from coevolve.policy.openai import EndpointError, OpenAIPolicy
@@ -29,9 +29,7 @@ def server():
     saved = torch.get_num_threads()
     torch.set_num_threads(1)  # see tests/test_rollout.py::one_thread
     local = LocalPolicy(PolicyConfig(model="tiny", max_context_tokens=1024))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     srv = uvicorn.Server(
         uvicorn.Config(create_app(local, model_name="tiny"), host="127.0.0.1", port=port, log_level="warning")
     )

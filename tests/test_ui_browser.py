@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from prefect_helpers import FAST, free_port, running_prefect_server
+from prefect_helpers import FAST, running_prefect_server
+
+from coevolve.processes import free_port, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -156,12 +158,7 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
             page.screenshot(path=str(shots / "6-round-summary.png"), full_page=True)
             browser.close()
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop(worker, timeout_s=20)
         worker_log.close()
     assert (store / "runs" / "from-the-ui" / "round=1" / "evaluate.json").exists()
     assert not (store / "runs" / "from-the-ui" / "round=2").exists()  # rounds_per_run = 1

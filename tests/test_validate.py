@@ -457,16 +457,15 @@ def test_llm_explorer_and_abstractor_round_over_http(signal_store, env, scripted
 def tiny_server():
     """``coevolve serve --model tiny`` as its own process on a free loopback port."""
     import os
-    import socket
     import subprocess
     import sys
     import time
 
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from coevolve.processes import free_port, stop
+
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "coevolve.cli", "serve", "--model", "tiny", "--port", str(port), "--threads", "1"],
         stdout=subprocess.DEVNULL,
@@ -484,8 +483,7 @@ def tiny_server():
         if proc.poll() is not None:
             raise RuntimeError(f"coevolve serve exited: {proc.stderr.read().decode()[-2000:]}")
     yield f"{url}/v1"
-    proc.terminate()
-    proc.wait(timeout=20)
+    stop(proc, timeout_s=20)
 
 
 def test_llm_round_against_a_tiny_local_model_never_crashes(signal_store, env, tiny_server):

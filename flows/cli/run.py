@@ -22,7 +22,6 @@ import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ import typer
 
 from coevolve.cli.app import app
 from coevolve.cli.common import console, parse_sets, preflight, print_table
+from coevolve.processes import free_port, stop
 
 
 class StageStatus:
@@ -180,12 +180,6 @@ def _die_with_parent() -> None:
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def prefect_api(timeout_s: float = 120.0) -> Iterator[str | None]:
     """Prefect's API for one run: the configured one, or a private server that lives exactly
@@ -198,7 +192,7 @@ def prefect_api(timeout_s: float = 120.0) -> Iterator[str | None]:
     import prefect
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     # its own database, gone with it: a run killed earlier must not stay "Running" there, where a
     # resumed run would take it for another run of its lineage still in progress
@@ -251,12 +245,7 @@ def prefect_api(timeout_s: float = 120.0) -> Iterator[str | None]:
             finally:
                 os.environ.pop("PREFECT_API_URL", None)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop(server)
         shutil.rmtree(db_dir, ignore_errors=True)
 
 

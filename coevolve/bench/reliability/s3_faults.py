@@ -16,6 +16,8 @@ import struct
 import threading
 import time
 
+from coevolve.processes import free_port
+
 
 class FaultProxy:
     """An HTTP proxy on loopback in front of an S3 endpoint that breaks a share of requests:
@@ -140,9 +142,7 @@ class MotoS3:
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self.server.start()
         os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1")
