@@ -588,7 +588,7 @@ class RunConfig:
     synth: SynthConfig = field(default_factory=SynthConfig)
     explore: ExploreConfig = field(default_factory=ExploreConfig)
     abstract: AbstractConfig = field(default_factory=AbstractConfig)
-    validate_: ValidateConfig = field(default_factory=ValidateConfig, metadata={"key": "validate"})
+    validate: ValidateConfig = field(default_factory=ValidateConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     ablate: AblateConfig = field(default_factory=AblateConfig)
     s3: S3Config = field(default_factory=S3Config)

@@ -4,8 +4,7 @@ out of the config dataclasses of ``coevolve.config``.
     build(RunConfig, {"train": {"steps": 4}}, "")   # a RunConfig, every value type-checked
     dump(cfg)                                       # back to a mapping of YAML keys
 
-Keys are the dataclass fields (or a field's ``metadata["key"]``: ``validate_`` is read as
-``validate``); a value must match its field's type hint (``int``, ``float`` (an int is
+Keys are the dataclass fields' names; a value must match its field's type hint (``int``, ``float`` (an int is
 accepted), ``str``, ``bool``, ``list[...]``, unions, nested config dataclasses). An unknown
 key or a wrong type raises ``ConfigError`` naming the dotted path of the field.
 """
@@ -23,15 +22,10 @@ class ConfigError(ValueError):
     """A configuration problem, with the field path in the message."""
 
 
-def field_key(f: dataclasses.Field) -> str:
-    """The YAML key of a config field: its ``metadata["key"]``, else its name."""
-    return f.metadata.get("key", f.name)
-
-
 def dump(obj: Any) -> Any:
     """A config dataclass as nested dicts of YAML keys (anything else as it is)."""
     if dataclasses.is_dataclass(obj):
-        return {field_key(f): dump(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: dump(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     return obj
 
 
@@ -74,7 +68,7 @@ def build(cls: type, data: dict[str, Any], where: str) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    by_key = {field_key(f): f for f in dataclasses.fields(cls)}
+    by_key = {f.name: f for f in dataclasses.fields(cls)}
     unknown = set(data) - set(by_key)
     if unknown:
         name = sorted(unknown)[0]

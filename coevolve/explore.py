@@ -341,7 +341,7 @@ def round_contexts(store: Store, cfg: RunConfig, run_id: str, round: int, signal
     signals = store.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
     signals.sort(key=lambda s: (s["signal_type"], s.get("rank") or 0, s["signal_id"]))
     pool = [Task.from_row(r) for r in store.pool_tasks().to_pylist() if r["split"] == "train"]
-    avoid = frozenset(cfg.validate_.blocked_functions)
+    avoid = frozenset(cfg.validate.blocked_functions)
     episode_ids = [e for s in signals for e in _listed(_evidence_doc(s.get("evidence")), *_EPISODE_KEYS)]
     guided = signal_contexts(signals, pool, _load_evidence(store, run_id, round, episode_ids), avoid)
     if signal_guided:

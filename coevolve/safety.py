@@ -21,8 +21,8 @@ declares (``Environment.safety_profile``), and the task's start state:
 Plus the configured lists (``validate.blocked_functions``, ``validate.blocked_arguments``).
 Which rules run is ``validate.safety_rules``.
 
-    policy = SafetyPolicy(cfg.validate_.blocked_functions, cfg.validate_.blocked_arguments,
-                          rules=cfg.validate_.safety_rules, profile=env.safety_profile())
+    policy = SafetyPolicy(cfg.validate.blocked_functions, cfg.validate.blocked_arguments,
+                          rules=cfg.validate.safety_rules, profile=env.safety_profile())
     reason = policy.check(task)          # "unsafe: ..." or None
 """
 

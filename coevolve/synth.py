@@ -51,7 +51,7 @@ def explore_states(cfg: RunConfig, env: Environment, states: list[Task], seed: i
     from coevolve.explore import coverage_contexts, make_explorer, run_sessions
 
     s = cfg.synth
-    avoid = frozenset(cfg.validate_.blocked_functions)
+    avoid = frozenset(cfg.validate.blocked_functions)
     rng = random.Random(f"{seed}/{label}")
     contexts = coverage_contexts(states, len(states) * s.contexts_per_scenario, rng, avoid, STATIC)
     return run_sessions(make_explorer(cfg, s.explorer), contexts, env, s.runs_per_context, s.steps_per_run, seed)

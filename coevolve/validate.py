@@ -79,7 +79,7 @@ log = logging.getLogger("coevolve.validate")
 def safety_policy(cfg: RunConfig, env: Environment) -> SafetyPolicy:
     """The run's safety policy (``coevolve.safety``): the configured lists and rules over the
     environment's action roles (``Environment.safety_profile``; none for an environment without one)."""
-    v = cfg.validate_
+    v = cfg.validate
     profile = env.safety_profile() if hasattr(env, "safety_profile") else None
     return SafetyPolicy(v.blocked_functions, v.blocked_arguments, rules=v.safety_rules, profile=profile)
 
@@ -249,7 +249,7 @@ def _episode_solver(policy: Any, cfg: RunConfig, store: Store | None, run_id: st
             policy,
             env,
             tasks,
-            n_samples=cfg.validate_.attempts,
+            n_samples=cfg.validate.attempts,
             phase="validate",
             run_id=run_id,
             round=round,
@@ -319,7 +319,7 @@ def learnable(a: Attempts, drop_solved: bool) -> dict[str, Any]:
 
 
 def pass2_verdicts(solver: Solver, tasks: list[Task], vcfg: Any) -> list[dict[str, Any]]:
-    """Pass 2's verdict fields of each of ``tasks``, in order (``vcfg``: ``cfg.validate_``). A
+    """Pass 2's verdict fields of each of ``tasks``, in order (``vcfg``: ``cfg.validate``). A
     solver that fails (e.g. its endpoint is down) rejects them all, saying so: the round goes on."""
     try:
         attempts = solver(tasks)
@@ -355,10 +355,10 @@ def pass2_specs(
     process: the verdict fields of each ({} for all when the solver has nothing to attempt with:
     pass 1's verdicts stand) and the attempts' rollout rows, for the stage to write."""
     sink = RolloutSink()
-    solver = resolve("solver", cfg.validate_.solver)(cfg, sink, run_id, round, policy_path)
+    solver = resolve("solver", cfg.validate.solver)(cfg, sink, run_id, round, policy_path)
     if solver is None:
         return [{} for _ in specs], []
-    return pass2_verdicts(solver, [Task.from_json(s) for s in specs], cfg.validate_), sink.rows
+    return pass2_verdicts(solver, [Task.from_json(s) for s in specs], cfg.validate), sink.rows
 
 
 # ----------------------------------------------------------------------------- the pass
@@ -383,7 +383,7 @@ def validate_rows(
             out[i].update(verdict="accepted", reason="accepted: pass 1 (no policy to attempt it yet: pass 2 skipped)")
         return out
     with splits.part("pass2"):
-        for (i, _), verdict in zip(passed, pass2_verdicts(solver, [t for _, t in passed], cfg.validate_)):
+        for (i, _), verdict in zip(passed, pass2_verdicts(solver, [t for _, t in passed], cfg.validate)):
             out[i].update(verdict)
     return out
 
@@ -392,7 +392,7 @@ def _pass1(
     rows: list[dict[str, Any]], pool_rows: list[dict[str, Any]], env: Environment, cfg: RunConfig
 ) -> tuple[list[dict[str, Any]], list[tuple[int, Task]]]:
     """The mechanical checks: the judged rows, and (index, task) of those that passed."""
-    vcfg = cfg.validate_
+    vcfg = cfg.validate
     safety = safety_policy(cfg, env)
     index = pool_index(pool_rows, vcfg.near_duplicate_threshold)
     out = [dict(r) for r in rows]
@@ -451,7 +451,7 @@ def validate(
         with splits.part("pass2"):
             # the solver (a model) is loaded only when some candidate may need it
             solver = (
-                resolve("solver", cfg.validate_.solver)(cfg, store, run_id, round, policy_path) if pending else None
+                resolve("solver", cfg.validate.solver)(cfg, store, run_id, round, policy_path) if pending else None
             )
         out = validate_rows(rows, pool_rows, env, cfg, solver, splits)
     else:

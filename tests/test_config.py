@@ -24,7 +24,7 @@ def test_shipped_configs_load(path):
 
 def test_overrides_and_round_trip(tmp_path):
     cfg = load_config(CONFIGS / "tiny.yaml", {"rounds": 3, "train.steps": 5, "validate.attempts": 2})
-    assert (cfg.rounds, cfg.train.steps, cfg.validate_.attempts) == (3, 5, 2)
+    assert (cfg.rounds, cfg.train.steps, cfg.validate.attempts) == (3, 5, 2)
     assert RunConfig.from_dict(cfg.to_dict()) == cfg
 
 

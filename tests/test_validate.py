@@ -206,7 +206,7 @@ def test_pass_two_is_skipped_without_a_policy(env, seed, tmp_path):
     rows = [_candidate(seed, ["Make temp."], [[MK]], "a"), _candidate(seed, ["Where?", "Again?"], [[PWD], [PWD]], "b")]
     store.write("candidates", 0, "t-candidates", rows)
     cfg = load_config(overrides={"store": store.uri, "run_name": "t"})
-    assert cfg.validate_.solver == "policy" and cfg.validate_.attempts == 2
+    assert cfg.validate.solver == "policy" and cfg.validate.attempts == 2
     table = validate(store, cfg, "t", 0, None)
     verdicts = {r["candidate_id"]: (r["verdict"], r["reason"].split(":")[0]) for r in table.to_pylist()}
     assert verdicts == {"a": ("accepted", "accepted"), "b": ("rejected", "pass 1 no effect")}

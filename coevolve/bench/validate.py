@@ -68,7 +68,7 @@ def _candidates(env, cfg, n: int, pool_rows: list[dict]) -> list[dict]:
                 t,
                 focus[:3],
                 sequence=kind == "rare",
-                avoid=frozenset(cfg.validate_.blocked_functions),
+                avoid=frozenset(cfg.validate.blocked_functions),
             )
         )
     sessions = run_sessions(RuleExplorer(cfg), contexts, env, runs, cfg.explore.steps_per_run, cfg.seed)
@@ -145,7 +145,7 @@ def bench(
     echo(f"setup: pool of {len(pool_rows):,} tasks, {len(cands):,} candidates built in {t_setup:.1f} s")
 
     t0 = time.perf_counter()
-    pool_index(pool_rows, cfg.validate_.near_duplicate_threshold)
+    pool_index(pool_rows, cfg.validate.near_duplicate_threshold)
     t_index = time.perf_counter() - t0
     t0 = time.perf_counter()
     judged = validate_rows(cands, pool_rows, env, cfg, None)
@@ -160,7 +160,7 @@ def bench(
     echo(f"verdicts: {dict(verdicts)}; rejections: {dict(reasons.most_common())}")
 
     passed = [Task.from_json(r["spec"]) for r in judged if r["verdict"] == "accepted"][:solver_tasks]
-    solver = resolve("solver", cfg.validate_.solver)(cfg, None, "bench", 1, policy)
+    solver = resolve("solver", cfg.validate.solver)(cfg, None, "bench", 1, policy)
     if not passed or solver is None:
         echo(f"pass 2 not timed: {'no candidate passed' if not passed else 'no --policy (or validate.solver none)'}")
         return
@@ -171,6 +171,6 @@ def bench(
     solved = sum(any(a.successes) for a in attempts)
     mean_best = sum(max(a.progress, default=0.0) for a in attempts) / len(passed)
     echo(
-        f"pass 2, solver {cfg.validate_.solver!r}: {n} attempts on {len(passed)} tasks in {dt:.2f} s "
+        f"pass 2, solver {cfg.validate.solver!r}: {n} attempts on {len(passed)} tasks in {dt:.2f} s "
         f"= {n / dt:.1f} attempts/s; solved {solved}/{len(passed)}, mean best progress {mean_best:.2f}"
     )
