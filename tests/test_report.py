@@ -11,7 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from coevolve.cli import app
-from coevolve.report import PLOTS, ReportData, collect, feedback_overhead, write_report
+from coevolve.report import write_report
+from coevolve.report_data import ReportData, collect, feedback_overhead
+from coevolve.report_plots import PLOTS
 from coevolve.sql import query, scan
 from coevolve.store import Store
 
