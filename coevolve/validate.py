@@ -10,7 +10,7 @@ checks first; the first failing check is the reason):
    none of the general rules over the environment's action roles and the start state
    (``validate.safety_rules``: unknown parties, secrets sent out, credential changes,
    deletions of existing records, backdated actions) broken;
-3. **duplicates**: not the same content as a pool task or an earlier candidate (exact),
+3. **duplicates** (``coevolve.duplicates``): not the same content as a pool task or an earlier candidate (exact),
    nor a near-duplicate: same start state and a Jaccard similarity of the sets of
    reference calls >= ``near_duplicate_threshold``;
 4. **quality** (``coevolve.quality``): no schema filler, no value of the wrong role, no
@@ -50,8 +50,6 @@ ends up with the same rows as in-process.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -61,12 +59,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from coevolve.config import ConfigError, RunConfig
+from coevolve.duplicates import pool_index, state_key, task_calls
 from coevolve.envs.base import Environment
 from coevolve.types import EpisodeScore, ToolCall
 from coevolve.explorers.base import observed_error
 from coevolve.quality import quality_reason
 from coevolve.registry import register, resolve
-from coevolve.safety import ArgumentRule, SafetyPolicy  # noqa: F401  (re-exported for callers)
+from coevolve.safety import SafetyPolicy
 from coevolve.schemas import to_table
 from coevolve.store import Store
 from coevolve.tasks import Task
@@ -82,65 +81,6 @@ def safety_policy(cfg: RunConfig, env: Environment) -> SafetyPolicy:
     v = cfg.validate
     profile = env.safety_profile() if hasattr(env, "safety_profile") else None
     return SafetyPolicy(v.blocked_functions, v.blocked_arguments, rules=v.safety_rules, profile=profile)
-
-
-# ----------------------------------------------------------------------------- duplicates
-def _call_key(call: dict[str, Any]) -> str:
-    return json.dumps([call.get("name"), call.get("arguments") or {}], sort_keys=True, default=str)
-
-
-def _state_key(env: str, initial_state: dict[str, Any] | str) -> str:
-    text = initial_state if isinstance(initial_state, str) else json.dumps(initial_state, sort_keys=True)
-    return env + ":" + hashlib.sha1(text.encode()).hexdigest()
-
-
-class DuplicateIndex:
-    """Exact (content hash) and near duplicates (Jaccard of call sets, same start state).
-
-    An inverted index from call to tasks makes a lookup cost the tasks that share a call
-    with the candidate, not the whole pool.
-    """
-
-    def __init__(self, threshold: float):
-        self.threshold = threshold
-        self.hashes: dict[str, str] = {}
-        self.sizes: list[int] = []
-        self.ids: list[str] = []
-        self.postings: dict[tuple[str, str], list[int]] = defaultdict(list)
-
-    def add(self, task_id: str, content_hash: str, state_key: str, calls: set[str]) -> None:
-        self.hashes.setdefault(content_hash, task_id)
-        i = len(self.ids)
-        self.ids.append(task_id)
-        self.sizes.append(len(calls))
-        for c in calls:
-            self.postings[(state_key, c)].append(i)
-
-    def find(self, content_hash: str, state_key: str, calls: set[str]) -> str | None:
-        """Why the candidate duplicates an indexed task, or None."""
-        if content_hash in self.hashes:
-            return f"duplicate: same content as {self.hashes[content_hash]}"
-        overlap: Counter[int] = Counter()
-        for c in calls:
-            overlap.update(self.postings.get((state_key, c), ()))
-        for i, shared in overlap.items():
-            jaccard = shared / (len(calls) + self.sizes[i] - shared)
-            if jaccard >= self.threshold:
-                return f"near-duplicate: {jaccard:.2f} call overlap with {self.ids[i]}"
-        return None
-
-
-def task_calls(task: Task) -> set[str]:
-    return {_call_key(c) for turn in task.reference_actions for c in turn}
-
-
-def pool_index(pool_rows: list[dict[str, Any]], threshold: float) -> DuplicateIndex:
-    """A duplicate index over ``tasks`` rows (JSON columns still encoded)."""
-    index = DuplicateIndex(threshold)
-    for r in pool_rows:
-        calls = {_call_key(c) for turn in json.loads(r["reference_actions"]) for c in turn}
-        index.add(r["task_id"], r["content_hash"], _state_key(r["env"], r["initial_state"]), calls)
-    return index
 
 
 # ----------------------------------------------------------------------------- pass 1
@@ -409,7 +349,7 @@ def _pass1(
         except Exception as exc:  # any malformed spec is a rejection, never a crash
             row.update(verdict="rejected", reason=f"spec: {type(exc).__name__}: {str(exc)[:200]}")
             continue
-        calls, state = task_calls(task), _state_key(task.env, task.initial_state)
+        calls, state = task_calls(task), state_key(task.env, task.initial_state)
         reason = safety.check(task) or index.find(task.content_hash, state, calls) or quality_reason(env, task)
         reason = reason or executable(env, task, vcfg.require_effect)
         if reason:
@@ -450,9 +390,7 @@ def validate(
         pending = any(not r.get("verdict") for r in rows)
         with splits.part("pass2"):
             # the solver (a model) is loaded only when some candidate may need it
-            solver = (
-                resolve("solver", cfg.validate.solver)(cfg, store, run_id, round, policy_path) if pending else None
-            )
+            solver = resolve("solver", cfg.validate.solver)(cfg, store, run_id, round, policy_path) if pending else None
         out = validate_rows(rows, pool_rows, env, cfg, solver, splits)
     else:
         out = _validate_elsewhere(store, run_id, round, rows, pool_rows, env, cfg, pass2, splits)

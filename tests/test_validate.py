@@ -17,11 +17,11 @@ from coevolve.envs.base import ToolCall
 from coevolve.envs.bfcl import BfclEnvironment
 from coevolve.explore import explore, start_task
 from coevolve.policy.replay import FINAL_TEXT, ReplayPolicy
+from coevolve.safety import SafetyPolicy
 from coevolve.schemas import to_table
 from coevolve.tasks import Task
 from coevolve.validate import (
     Attempts,
-    SafetyPolicy,
     _episode_solver,
     learnable,
     no_effect_turn,

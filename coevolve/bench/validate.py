@@ -135,7 +135,8 @@ def bench(
     from coevolve.envs.bfcl import BfclEnvironment
     from coevolve.registry import resolve
     from coevolve.tasks import Task
-    from coevolve.validate import pool_index, reason_kind, validate_rows
+    from coevolve.duplicates import pool_index
+    from coevolve.validate import reason_kind, validate_rows
 
     env = BfclEnvironment()
     t0 = time.perf_counter()
