@@ -10,7 +10,7 @@ its reference calls
   value must have been seen with the parameter's role before the call (in the start state,
   in an earlier call's result, as an earlier call's argument, among the environment's own
   values), be in the parameter's enum, or be a plausible made-up value of a role a task may
-  create (a new file name, a message, an amount; ``coevolve.roles.role_problem``);
+  create (a new file name, a message, an amount; ``coevolve.values.role_problem``);
 - **fails** (``failing goal``): its result is an error or a failure result ("Stock not
   found", a zip code 00000, a false verification; ``Environment.observation_error``), so the
   instruction would ask for something the reference never achieves.
@@ -26,7 +26,8 @@ from typing import Any
 from coevolve.envs.base import Environment
 from coevolve.types import ToolCall
 from coevolve.explorers.base import observed_error, result_data
-from coevolve.roles import ParamRole, ValuePool, param_roles, role_problem
+from coevolve.roles import ParamRole, param_roles
+from coevolve.values import ValuePool, role_problem
 from coevolve.tasks import Task
 
 RULES = ("filler", "wrong role", "failing goal")

@@ -23,7 +23,8 @@ from coevolve.envs.agentdojo_roles import RESULT_ROLES, TABLE  # noqa: E402
 from coevolve.envs.base import Observation, ToolCall  # noqa: E402
 from coevolve.explore import start_task  # noqa: E402
 from coevolve.quality import rule_of, task_problems  # noqa: E402
-from coevolve.roles import ValuePool, is_filler, param_roles, role_problem  # noqa: E402
+from coevolve.roles import is_filler, param_roles  # noqa: E402
+from coevolve.values import ValuePool, role_problem  # noqa: E402
 
 # required parameters no value of whose role is in the suite's default state (nothing made up)
 UNFILLABLE = {("slack", "invite_user_to_slack", "user_email")}

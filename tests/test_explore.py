@@ -26,7 +26,8 @@ from coevolve.explore import (
 )
 from coevolve.explorers.random import RandomExplorer
 from coevolve.explorers.rule import RuleExplorer
-from coevolve.roles import ValuePool, fits, param_roles
+from coevolve.roles import fits, param_roles
+from coevolve.values import ValuePool
 
 AVOID = frozenset({"rm", "rmdir"})
 

@@ -1,4 +1,4 @@
-"""The quality gate (coevolve.quality) and the role-typed value picker (coevolve.roles):
+"""The quality gate (coevolve.quality) and the role-typed value picker (coevolve.values):
 filler, wrong-role values and failing goals are refused with their reason; a good
 multi-turn task with a reference to an earlier turn passes; the picker never crosses roles."""
 
@@ -18,7 +18,8 @@ from coevolve.envs.base import ToolCall
 from coevolve.envs.bfcl import BfclEnvironment
 from coevolve.explore import start_task
 from coevolve.quality import quality_reason, rule_of, task_problems
-from coevolve.roles import ValuePool, is_filler, param_roles, role_problem
+from coevolve.roles import is_filler, param_roles
+from coevolve.values import ValuePool, role_problem
 from coevolve.tasks import Task
 from coevolve.validate import validate_rows
 

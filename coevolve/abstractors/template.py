@@ -37,7 +37,8 @@ from coevolve.envs.base import Environment
 from coevolve.types import ToolCall
 from coevolve.explorers.base import observed_error, result_data
 from coevolve.registry import register, resolve
-from coevolve.roles import RoleTable, ValuePool, param_roles
+from coevolve.roles import RoleTable, param_roles
+from coevolve.values import ValuePool
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _NOUN_PLACEHOLDER = re.compile(r"(\b[a-z]+ )?\{(\w+)\}")  # a placeholder and the word before it

@@ -34,7 +34,8 @@ import weakref
 from collections import Counter
 from typing import Any
 
-from coevolve.roles import GENERATORS, ParamRole, RoleTable, ValuePool
+from coevolve.roles import ParamRole, RoleTable
+from coevolve.values import GENERATORS, ValuePool
 
 _URL = re.compile(r"(?:https?://)?www\.[\w.-]+\.[a-z]{2,}(?:/[\w./%-]*[\w/])?")
 _DAY = r"\d{4}-\d{2}-\d{2}"

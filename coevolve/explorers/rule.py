@@ -8,14 +8,14 @@ Each step picks a function and fills its arguments, adapting to what it has seen
   what the last call just returned (an order id, a listed folder), now and then; in a
   coverage context, the next focus tool not yet reached (a few tries each); otherwise a
   focus tool, or now and then any tool;
-- **which arguments** (``coevolve.roles``): every parameter has a role, and a value is only
-  ever taken from the same role, in this order: a result observed earlier in the run, an
-  entity of the start state (dict keys included: stock symbols, card ids), an earlier
-  call's argument, the environment's own values; the enum is a hard rule; a realistic
-  generator makes values only for what a task may create (a new file name, a message, an
-  amount in the range the state suggests, a date in the stated format). A function whose
-  required parameter has no value of its role is not called. Optional parameters are filled
-  only where the goal templates can say them;
+- **which arguments** (``coevolve.roles``, ``coevolve.values``): every parameter has a
+  role, and a value is only ever taken from the same role, in this order: a result observed
+  earlier in the run, an entity of the start state (dict keys included: stock symbols, card
+  ids), an earlier call's argument, the environment's own values; the enum is a hard rule;
+  a realistic generator makes values only for what a task may create (a new file name, a
+  message, an amount in the range the state suggests, a date in the stated format). A
+  function whose required parameter has no value of its role is not called. Optional
+  parameters are filled only where the goal templates can say them;
 - **errors**: a failed call bans only the values its error names (for that parameter), and
   the exact call is never sent again; the explorer usually retries with other values.
 
@@ -36,7 +36,8 @@ from coevolve.config import RunConfig
 from coevolve.types import ToolCall
 from coevolve.explorers.base import Session, result_data
 from coevolve.registry import register
-from coevolve.roles import ParamRole, RoleTable, ValuePool, param_roles, role_problem, tokens
+from coevolve.roles import ParamRole, RoleTable, param_roles, tokens
+from coevolve.values import ValuePool, role_problem
 
 # words of an error message that say nothing about which function would help
 _STOP = {"the", "a", "an", "to", "is", "be", "not", "no", "you", "your", "of", "in", "for", "and", "or", "with",
