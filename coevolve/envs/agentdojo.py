@@ -20,7 +20,8 @@ into ``Function`` objects with a pydantic input schema).
 - **Tools are dispatched by name** through AgentDojo's ``FunctionsRuntime``: an unknown name,
   arguments that are not a JSON object or do not validate against the function's input
   schema, and exceptions raised by the function all come back as ``Observation(error=...)``;
-  nothing is ``eval``-ed. Results are rendered as AgentDojo renders them for a model (YAML).
+  nothing is ``eval``-ed. Results are rendered as AgentDojo renders them for a model (YAML;
+  the rendering, its reading back and its clock-free form are ``agentdojo_results``).
 - **Results as data**: ``env.result_data(content, function)`` reads a rendering back (YAML,
   Python literals, the travel listings) for harvesting values; ``env.observation_error``
   counts the failures tools *return* (an empty result, ``404 Not Found``) as errors too; what
@@ -40,13 +41,11 @@ into ``Function`` objects with a pydantic input schema).
 
 from __future__ import annotations
 
-import ast
 import copy
 import datetime
 import hashlib
 import json
 import random
-import re
 from collections import Counter
 from functools import lru_cache
 from typing import Any
@@ -54,6 +53,7 @@ from typing import Any
 from coevolve import reward as rewards
 from coevolve.envs.agentdojo_goals import GOALS, goal_doc
 from coevolve.envs.agentdojo_roles import TABLE as ROLE_TABLE
+from coevolve.envs.agentdojo_results import clock_free, clock_free_text, parse_result, render_result, returned_failure
 from coevolve.envs.agentdojo_roles import entities, listing_view, present, result_view
 from coevolve.envs.base import EnvironmentBase
 from coevolve.types import EpisodeScore, Observation, ToolCall
@@ -150,90 +150,6 @@ def tool_docs(suite: str) -> list[dict[str, Any]]:
     return copy.deepcopy(list(_suite_docs(suite)))
 
 
-def _clock_free(obj: Any, opened: datetime.datetime) -> Any:
-    """``obj`` (a model dump) with clock stamps (datetimes at or after ``opened``: a sent
-    email's timestamp, a file's last_modified) replaced by a marker, so two runs of the same
-    calls compare equal."""
-    if isinstance(obj, dict):
-        return {k: _clock_free(v, opened) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clock_free(v, opened) for v in obj]
-    if isinstance(obj, datetime.datetime) and obj.replace(tzinfo=None) >= opened:
-        return "@clock"
-    return obj
-
-
-_DATETIME_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?")
-
-
-def _clock_free_text(text: str, opened: datetime.datetime) -> str:
-    """A rendered result with clock stamps (datetimes at or after ``opened``) masked."""
-    cut = opened.isoformat(sep=" ")[:19]
-    return _DATETIME_TEXT.sub(lambda m: "@clock" if m.group(0).replace("T", " ")[:19] >= cut else m.group(0), text)
-
-
-def _render(result: Any) -> str:
-    from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
-
-    return tool_result_to_str(result)
-
-
-# A clock-masked datetime that opens a YAML scalar ("timestamp: @clock"): '@' cannot start one
-_CLOCK_SCALAR = re.compile(r"(?m)^([ \t]*(?:- )*(?:[^\s'\"#-][^:\n]*: )?)@clock[ \t]*$")
-
-
-def _plain(obj: Any) -> Any:
-    """Parsed YAML or Python literals as JSON data: dates and datetimes as text, tuples as lists."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, datetime.datetime):
-        return obj.isoformat(sep=" ")
-    if isinstance(obj, datetime.date):
-        return obj.isoformat()
-    return obj
-
-
-def parse_result(content: str) -> Any:
-    """A rendered result (``_render``) read back as JSON data, or None for nothing or an error.
-
-    ``_render`` writes pydantic models and lists as YAML, dicts and plain values with ``str``
-    (``{'message': 'Transaction to ... sent.'}``, ``1810.0``, ``None``); text that is neither
-    YAML nor a Python literal comes back as the text."""
-    text = content.strip() if isinstance(content, str) else ""
-    if not text or text == "None" or text.startswith("Error: "):
-        return None
-    if text[0] in "{[(":
-        try:
-            return _plain(ast.literal_eval(text))  # literals only: nothing is evaluated
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            pass
-    import yaml
-
-    try:
-        return _plain(yaml.safe_load(_CLOCK_SCALAR.sub(r"\1'@clock'", text)))
-    except yaml.YAMLError:
-        return text
-
-
-_NOTHING = {"": "nothing found", "[]": "nothing found", "{}": "nothing found", "404 Not Found": "404 Not Found"}
-_EMPTY_LISTING = re.compile(r"(Hotel Names|Restaurant in .*|Car Rental Companies in .*):")
-
-
-def returned_failure(content: str) -> str | None:
-    """The failure an AgentDojo tool *returned* instead of raising, or None: an empty result
-    (a file path ``read_file`` does not have, a city pair without flights, a filename no file
-    has, a day without events, names no hotel has: ``""``, ``[]``, ``{}``), a web page that is
-    not there (``404 Not Found``), a city without the places asked for (``Hotel Names: ``)."""
-    text = content.strip() if isinstance(content, str) else ""
-    if text in _NOTHING:
-        return _NOTHING[text]
-    if _EMPTY_LISTING.fullmatch(text):
-        return f"{text} nothing found"
-    return None
-
-
 class _Runner:
     """One environment object and the suite's tools; the only way calls reach AgentDojo."""
 
@@ -258,7 +174,7 @@ class _Runner:
             return "", f"arguments too large ({size} > {MAX_ARGS_CHARS} characters)"
         # run_function validates the arguments against the function's pydantic schema
         result, error = self.runtime.run_function(self.env, name, copy.deepcopy(arguments), raise_on_error=False)
-        return (_render(result), None) if error is None else ("", error)
+        return (render_result(result), None) if error is None else ("", error)
 
 
 class AgentDojoEpisode:
@@ -315,7 +231,7 @@ class AgentDojoEpisode:
         self._agent_results.append(content)
         # what the agent sees carries no wall-clock time (a created file's last_modified, a sent
         # email's timestamp): episodes, and the training text made of them, are the same every run
-        content = _clock_free_text(content, self._opened)
+        content = clock_free_text(content, self._opened)
         self.calls[self.turn].append({**record, "result": content, "error": error})
         return Observation(content=content, error=error)
 
@@ -324,7 +240,7 @@ class AgentDojoEpisode:
         self._outputs.append(text or "")
 
     def state_fingerprint(self) -> str:
-        data = _clock_free(self._agent.env.model_dump(), self._opened)
+        data = clock_free(self._agent.env.model_dump(), self._opened)
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
     # ------------------------------------------------------------------ scoring
@@ -365,12 +281,12 @@ class AgentDojoEpisode:
             return not self.calls[t], "", ref_calls
         if not self.calls[t]:
             return False, f"turn {t}: no function call", ref_calls
-        agent_state = _clock_free(self._agent.env.model_dump(), self._opened)
-        if agent_state != _clock_free(self._reference.env.model_dump(), self._opened):
+        agent_state = clock_free(self._agent.env.model_dump(), self._opened)
+        if agent_state != clock_free(self._reference.env.model_dump(), self._opened):
             return False, f"turn {t}: the environment differs from the reference's", ref_calls
         opened = self._opened
-        missing = Counter(_clock_free_text(r, opened) for r in ref_results) - Counter(
-            _clock_free_text(r, opened) for r in self._agent_results
+        missing = Counter(clock_free_text(r, opened) for r in ref_results) - Counter(
+            clock_free_text(r, opened) for r in self._agent_results
         )
         if missing:
             return False, f"turn {t}: a reference result is missing from the agent's results", ref_calls
