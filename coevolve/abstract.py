@@ -38,7 +38,7 @@ from coevolve.synth import STATIC, synthesis_states
 from coevolve.tasks import Task
 
 
-def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: str, round: int) -> Task:
+def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: str, round_no: int) -> Task:
     """The candidate task of ``run``: the seed's state, env and category, the new turns
     (origin ``static`` for round 0's runs, ``explored`` otherwise)."""
     seed = run.seed
@@ -51,22 +51,24 @@ def make_task(run: Run, turns: list[str], reference: list[list[Call]], run_id: s
         origin=STATIC if run.signal_type == STATIC else "explored",
         signal_type=run.signal_type,
         seed_task_id=seed.task_id,
-        created_round=round,
+        created_round=round_no,
         run_id=run_id,
     )
     # ids name the seed and the round; the content hash keeps them unique
-    task.task_id = f"{seed.task_id.split('~')[0]}~x{round}.{task.content_hash[:10]}"
+    task.task_id = f"{seed.task_id.split('~')[0]}~x{round_no}.{task.content_hash[:10]}"
     return task
 
 
 # ----------------------------------------------------------------------------- the stage
-def load_runs(store: Store, cfg: RunConfig, run_id: str, round: int) -> list[Run]:
+def load_runs(store: Store, cfg: RunConfig, run_id: str, round_no: int) -> list[Run]:
     """This round's exploration runs, grouped per (signal_id, run_idx), with their start tasks
     (the pool's training tasks; in round 0 the synthesis states)."""
-    rows = store.read("explorations", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
+    rows = store.read(
+        "explorations", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round_no)
+    ).to_pylist()
     pool = {r["task_id"]: Task.from_row(r) for r in store.pool_tasks().to_pylist() if r["split"] == "train"}
     env = resolve("environment", cfg.env.name)()
-    if round == 0:  # round 0 explored training-scenario states, not pool tasks
+    if round_no == 0:  # round 0 explored training-scenario states, not pool tasks
         pool.update({t.task_id: t for t in synthesis_states(cfg, env)})
     return group_runs(rows, pool, env)
 
@@ -92,11 +94,11 @@ def group_runs(rows: list[dict[str, Any]], starts: dict[str, Task], env: Environ
     return runs
 
 
-def candidate_row(run: Run, run_id: str, round: int, result: Task | str) -> dict[str, Any]:
+def candidate_row(run: Run, run_id: str, round_no: int, result: Task | str) -> dict[str, Any]:
     """A ``candidates`` row: pending with a spec, or rejected with the reason."""
     row = {
         "run_id": run_id,
-        "candidate_id": f"{run_id}-r{round}-{run.signal_id}-{run.run_idx}",
+        "candidate_id": f"{run_id}-r{round_no}-{run.signal_id}-{run.run_idx}",
         "signal_id": run.signal_id,
         "signal_type": run.signal_type,
         "context_task_id": run.seed.task_id,
@@ -109,19 +111,19 @@ def candidate_row(run: Run, run_id: str, round: int, result: Task | str) -> dict
     return row
 
 
-def candidate_rows(cfg: RunConfig, runs: list[Run], run_id: str, round: int) -> list[dict[str, Any]]:
+def candidate_rows(cfg: RunConfig, runs: list[Run], run_id: str, round_no: int) -> list[dict[str, Any]]:
     """The ``candidates`` rows of ``runs``, abstracted by ``abstract.abstractor``."""
     abstractor = resolve("abstractor", cfg.abstract.abstractor)(cfg)
     rows = []
     for run, result in zip(runs, abstractor.abstract(runs)):
         if isinstance(result, tuple):
             turns, reference = result
-            result = make_task(run, turns, reference, run_id, round)
-        rows.append(candidate_row(run, run_id, round, result))
+            result = make_task(run, turns, reference, run_id, round_no)
+        rows.append(candidate_row(run, run_id, round_no, result))
     return rows
 
 
-def abstract(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
+def abstract(store: Store, cfg: RunConfig, run_id: str, round_no: int) -> int:
     """Turn this round's explorations into ``candidates`` rows; return the row count."""
-    rows = candidate_rows(cfg, load_runs(store, cfg, run_id, round), run_id, round)
-    return store.write("candidates", round, f"{run_id}-candidates", rows)
+    rows = candidate_rows(cfg, load_runs(store, cfg, run_id, round_no), run_id, round_no)
+    return store.write("candidates", round_no, f"{run_id}-candidates", rows)

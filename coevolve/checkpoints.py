@@ -61,13 +61,13 @@ def store_key(store_uri: str) -> str:
     return hashlib.sha256(canonical(store_uri).encode()).hexdigest()[:16]
 
 
-def _relative(cfg: "RunConfig", run_id: str, round: int) -> tuple[str, str]:
+def _relative(cfg: "RunConfig", run_id: str, round_no: int) -> tuple[str, str]:
     """``(root, key)``: the checkpoint of ``run_id``/``round`` is ``<root>/<key>``."""
     if not RUN_NAME.fullmatch(run_id):
         raise ConfigError(f"run id {run_id!r} is not a safe name (letters, digits, '.', '_', '-')")
     if cfg.train.checkpoint_dir:
-        return canonical(cfg.train.checkpoint_dir), f"{store_key(cfg.store)}/{run_id}/round={int(round)}"
-    return canonical(cfg.store), f"{PREFIX}/{run_id}/round={int(round)}"
+        return canonical(cfg.train.checkpoint_dir), f"{store_key(cfg.store)}/{run_id}/round={int(round_no)}"
+    return canonical(cfg.store), f"{PREFIX}/{run_id}/round={int(round_no)}"
 
 
 def _inside(root: str, key: str) -> Path:
@@ -83,17 +83,17 @@ def _cache_dir(remote: str) -> Path:
     return base / PREFIX / hashlib.sha256(remote.encode()).hexdigest()[:16] / "-".join(tail)
 
 
-def local_dir(cfg: "RunConfig", run_id: str, round: int) -> str:
+def local_dir(cfg: "RunConfig", run_id: str, round_no: int) -> str:
     """The local directory a trainer saves round ``round`` of ``run_id`` to."""
-    root, key = _relative(cfg, run_id, round)
+    root, key = _relative(cfg, run_id, round_no)
     if _is_s3(root):
         return str(_cache_dir(f"{root}/{key}"))
     return str(_inside(root, key))
 
 
-def reference(cfg: "RunConfig", run_id: str, round: int) -> str:
+def reference(cfg: "RunConfig", run_id: str, round_no: int) -> str:
     """What the train marker records: a store-relative key, or the explicit location's URI."""
-    root, key = _relative(cfg, run_id, round)
+    root, key = _relative(cfg, run_id, round_no)
     return key if not cfg.train.checkpoint_dir else f"{root}/{key}"
 
 
@@ -103,9 +103,9 @@ def _remote_store(cfg: "RunConfig", uri: str) -> "Store":
     return store_at(uri, cfg.s3)
 
 
-def publish(store: "Store", cfg: "RunConfig", run_id: str, round: int, trained: str) -> str:
+def publish(store: "Store", cfg: "RunConfig", run_id: str, round_no: int, trained: str) -> str:
     """Put the checkpoint a trainer saved at ``trained`` where it lives; return its reference."""
-    root, key = _relative(cfg, run_id, round)
+    root, key = _relative(cfg, run_id, round_no)
     src = Path(trained)
     if not (src / "config.json").is_file():
         raise CheckpointError(f"{trained} is not a Hugging Face checkpoint (no config.json)")
@@ -116,7 +116,7 @@ def publish(store: "Store", cfg: "RunConfig", run_id: str, round: int, trained: 
             shutil.copytree(src, tmp, dirs_exist_ok=True)
             shutil.rmtree(target, ignore_errors=True)
             os.replace(tmp, target)
-        return reference(cfg, run_id, round)
+        return reference(cfg, run_id, round_no)
     remote = store if not cfg.train.checkpoint_dir else _remote_store(cfg, root)
     base = f"{remote.root}/{key}"
     _delete_remote(remote, f"{base}/{COMPLETE}")  # a rerun: incomplete until the end
@@ -126,7 +126,7 @@ def publish(store: "Store", cfg: "RunConfig", run_id: str, round: int, trained: 
     with remote.fs.open_output_stream(f"{base}/{COMPLETE}") as out:
         out.write(b"ok\n")
     (src / COMPLETE).write_text("ok\n")  # this machine's copy is the cache of the remote one
-    return reference(cfg, run_id, round)
+    return reference(cfg, run_id, round_no)
 
 
 def _mkdir(path: Path) -> Path:

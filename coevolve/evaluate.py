@@ -127,7 +127,7 @@ def evaluate(
     store: Store | None,
     cfg: RunConfig,
     run_id: str,
-    round: int,
+    round_no: int,
     policy: Policy,
     tasks: list[Task] | None = None,
     *,
@@ -154,12 +154,12 @@ def evaluate(
         n_samples=1,
         phase="eval",
         run_id=run_id,
-        round=round,
+        round_no=round_no,
         progress=progress,
         **rollout_settings(cfg, "eval"),
     )
     rows = [row for r in results for row in r.steps]
-    n_rows = store.write("rollouts", round, f"{run_id}-{part}", rows) if store is not None else 0
+    n_rows = store.write("rollouts", round_no, f"{run_id}-{part}", rows) if store is not None else 0
     scores = {r.task_id: r.score for r in results}
     score, reward, per = summarize(tasks, scores)
     return EvalResult(

@@ -26,13 +26,13 @@ def add_listener(fn: Listener) -> Callable[[], None]:
     return lambda: _listeners.remove(fn)
 
 
-def emit(event: str, round: int, stage: str, info: dict) -> None:
+def emit(event: str, round_no: int, stage: str, info: dict) -> None:
     """Tell every listener (in the order they were added) of one stage event."""
     for fn in list(_listeners):
-        fn(event, round, stage, info)
+        fn(event, round_no, stage, info)
 
 
-def report_progress(round: int, stage: str, done: int, total: int, note: str = "") -> None:
+def report_progress(round_no: int, stage: str, done: int, total: int, note: str = "") -> None:
     """Tell the listeners that ``done`` of ``total`` units of a running stage are finished
     (training steps, exploration contexts, validation candidates)."""
-    emit("progress", round, stage, {"done": done, "total": total, "note": note})
+    emit("progress", round_no, stage, {"done": done, "total": total, "note": note})

@@ -109,14 +109,16 @@ _STEP_COLUMNS = [
 ]
 
 
-def _load_evidence(store: Store, run_id: str, round: int, episode_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+def _load_evidence(store: Store, run_id: str, round_no: int, episode_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
     """Steps of the given episodes of the round, grouped by episode id, in order (every
     signal's evidence episodes are the round's: the failing 'now' or the pattern's)."""
     if not episode_ids:
         return {}
     table = store.read(
         "rollouts",
-        filter=(ds.field("run_id") == run_id) & (ds.field("round") == round) & pc.field("episode_id").isin(episode_ids),
+        filter=(ds.field("run_id") == run_id)
+        & (ds.field("round") == round_no)
+        & pc.field("episode_id").isin(episode_ids),
         columns=_STEP_COLUMNS,
     )
     by_episode: dict[str, list[dict[str, Any]]] = {}
@@ -206,7 +208,7 @@ def budgeted_contexts(
     guided: list[ExploreContext],
     pool: list[Task],
     cfg: RunConfig,
-    round: int,
+    round_no: int,
     avoid: frozenset[str],
     prefer: frozenset[str] = frozenset(),
 ) -> list[ExploreContext]:
@@ -216,7 +218,7 @@ def budgeted_contexts(
     e = cfg.explore
     chosen = guided[: e.contexts]
     if len(chosen) < e.min_contexts and pool:
-        rng = random.Random(f"{cfg.seed}/fallback-contexts/{round}")
+        rng = random.Random(f"{cfg.seed}/fallback-contexts/{round_no}")
         order = list(pool)
         rng.shuffle(order)
         order.sort(key=lambda t: t.task_id not in prefer)  # tasks the policy attempted this round first
@@ -292,7 +294,7 @@ def make_explorer(cfg: RunConfig, name: str | None = None) -> Explorer:
     return resolve("explorer", name or cfg.explore.explorer)(cfg)
 
 
-def policy_attempts(store: Store, run_id: str, round: int, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+def policy_attempts(store: Store, run_id: str, round_no: int, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
     """The policy's own training episode of each of ``task_ids`` in the round (the first by
     episode id), as evidence steps in order; tasks it did not attempt are absent."""
     if not task_ids:
@@ -300,7 +302,7 @@ def policy_attempts(store: Store, run_id: str, round: int, task_ids: list[str]) 
     rows = store.read(
         "rollouts",
         filter=(ds.field("run_id") == run_id)
-        & (ds.field("round") == round)
+        & (ds.field("round") == round_no)
         & (ds.field("phase") == "train")
         & pc.field("task_id").isin(task_ids),
         columns=_STEP_COLUMNS,
@@ -334,33 +336,35 @@ def with_attempts(contexts: list[ExploreContext], attempts: dict[str, list[dict[
     return out
 
 
-def round_contexts(store: Store, cfg: RunConfig, run_id: str, round: int, signal_guided: bool) -> list[ExploreContext]:
+def round_contexts(
+    store: Store, cfg: RunConfig, run_id: str, round_no: int, signal_guided: bool
+) -> list[ExploreContext]:
     """The contexts the round explores: signal contexts plus the cold-start fallback
     (``budgeted_contexts``, outward from the policy's own attempts: ``with_attempts``); for the
     ``random`` baseline, as many random contexts."""
-    signals = store.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
+    signals = store.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round_no)).to_pylist()
     signals.sort(key=lambda s: (s["signal_type"], s.get("rank") or 0, s["signal_id"]))
     pool = [Task.from_row(r) for r in store.pool_tasks().to_pylist() if r["split"] == "train"]
     avoid = frozenset(cfg.validate.blocked_functions)
     episode_ids = [e for s in signals for e in _listed(_evidence_doc(s.get("evidence")), *_EPISODE_KEYS)]
-    guided = signal_contexts(signals, pool, _load_evidence(store, run_id, round, episode_ids), avoid)
+    guided = signal_contexts(signals, pool, _load_evidence(store, run_id, round_no, episode_ids), avoid)
     if signal_guided:
-        attempts = policy_attempts(store, run_id, round, [t.task_id for t in pool])
-        return with_attempts(budgeted_contexts(guided, pool, cfg, round, avoid, frozenset(attempts)), attempts)
-    contexts = budgeted_contexts(guided, pool, cfg, round, avoid)
+        attempts = policy_attempts(store, run_id, round_no, [t.task_id for t in pool])
+        return with_attempts(budgeted_contexts(guided, pool, cfg, round_no, avoid, frozenset(attempts)), attempts)
+    contexts = budgeted_contexts(guided, pool, cfg, round_no, avoid)
     # the baseline: the same number of contexts, only where it starts is random
-    rng = random.Random(f"{cfg.seed}/random-contexts/{round}")
+    rng = random.Random(f"{cfg.seed}/random-contexts/{round_no}")
     return random_contexts(len(contexts), pool, rng, avoid) if pool else []
 
 
-def explore(store: Store, cfg: RunConfig, run_id: str, round: int) -> int:
+def explore(store: Store, cfg: RunConfig, run_id: str, round_no: int) -> int:
     """Explore from this round's signals; write ``explorations`` rows; return their count.
 
     Reads ``signals`` (run_id, round) and the latest pool's train tasks (their states).
     """
     explorer = make_explorer(cfg)
-    contexts = round_contexts(store, cfg, run_id, round, explorer.signal_guided)
+    contexts = round_contexts(store, cfg, run_id, round_no, explorer.signal_guided)
     env = resolve("environment", cfg.env.name)()
     sessions = run_sessions(explorer, contexts, env, cfg.explore.runs_per_context, cfg.explore.steps_per_run, cfg.seed)
     rows = session_rows(run_id, sessions)
-    return store.write("explorations", round, f"{run_id}-explore", rows)
+    return store.write("explorations", round_no, f"{run_id}-explore", rows)

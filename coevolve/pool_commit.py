@@ -87,9 +87,9 @@ class PoolCommits:
         def put_json(self, key: str, obj: Any, *, if_absent: bool = False, if_etag: str | None = None) -> str: ...
         def delete_json(self, key: str) -> None: ...
         def table_dir(self, table: str) -> str: ...
-        def write(self, table: str, round: int, part: str, rows: list[dict] | pa.Table) -> int: ...
-        def has_part(self, table: str, round: int, part: str) -> bool: ...
-        def _part_path(self, table: str, round: int, part: str) -> str: ...
+        def write(self, table: str, round_no: int, part: str, rows: list[dict] | pa.Table) -> int: ...
+        def has_part(self, table: str, round_no: int, part: str) -> bool: ...
+        def _part_path(self, table: str, round_no: int, part: str) -> str: ...
         def _exists(self, path: str) -> bool: ...
         def _list(self, path: str, recursive: bool = False) -> Iterator[pafs.FileInfo]: ...
 
@@ -127,10 +127,10 @@ class PoolCommits:
         """The numbers of the committed versions, ascending."""
         return [v.version for v in self.committed()]
 
-    def committed_version(self, run_id: str, round: int) -> PoolVersion | None:
+    def committed_version(self, run_id: str, round_no: int) -> PoolVersion | None:
         """The committed version that ``run_id`` committed for ``round``, if any (resume)."""
         for v in reversed(self.committed()):
-            if v.run_id == run_id and v.round == round:
+            if v.run_id == run_id and v.round == round_no:
                 return v
         return None
 
@@ -138,7 +138,7 @@ class PoolCommits:
         self,
         *,
         run_id: str,
-        round: int,
+        round_no: int,
         new_tasks: list[dict],
         removed: Sequence[str] = (),
         expected_parent: int | None,
@@ -168,7 +168,7 @@ class PoolCommits:
         if len(set(added)) != len(added):
             raise StoreError("new_tasks holds the same task_id twice")
         highest = max(self.manifest_versions(), default=0)
-        orphan = self._adoptable(current, highest, run_id, round, added, removed)
+        orphan = self._adoptable(current, highest, run_id, round_no, added, removed)
         if orphan is not None:
             self._move_pointer(pointer, orphan)
             return self.finish_commit(orphan)
@@ -177,12 +177,12 @@ class PoolCommits:
         files = list(parent.task_files) if parent else []
         part = f"pool-v{version:06d}-{run_id}-{attempt}"
         if new_tasks:
-            self.write("tasks", round, part, new_tasks)
-            files.append(f"round={round}/{part}")
+            self.write("tasks", round_no, part, new_tasks)
+            files.append(f"round={round_no}/{part}")
         manifest = PoolVersion(
             version=version,
             parent=current,
-            round=round,
+            round=round_no,
             run_id=run_id,
             task_ids=ids + added,
             task_files=files,
@@ -198,7 +198,7 @@ class PoolCommits:
             if there is not None and there[0].get("attempt") == attempt:
                 pass  # ours after all: a retried request whose first try had succeeded
             else:
-                self._drop_part(round, part, new_tasks)  # only this attempt's own file
+                self._drop_part(round_no, part, new_tasks)  # only this attempt's own file
                 raise ConcurrentCommitError(
                     f"pool version v{version} was committed by another writer first; re-read and retry"
                 ) from None
@@ -211,12 +211,12 @@ class PoolCommits:
                 return self.finish_commit(manifest)
             # our parent is no longer the pointer, so no one can adopt this manifest any more
             self.delete_json(f"pool/v{version:06d}.json")
-            self._drop_part(round, part, new_tasks)
+            self._drop_part(round_no, part, new_tasks)
             raise
         return self.finish_commit(manifest)
 
     def _adoptable(
-        self, current: int | None, highest: int, run_id: str, round: int, added: list[str], removed: list[str]
+        self, current: int | None, highest: int, run_id: str, round_no: int, added: list[str], removed: list[str]
     ) -> PoolVersion | None:
         """An orphan manifest an earlier attempt of this same commit left (protocol step 2)."""
         for v in range(highest, (current or 0), -1):
@@ -224,7 +224,7 @@ class PoolCommits:
             if doc is None:
                 continue
             m = PoolVersion(**doc[0])
-            same = (m.parent, m.run_id, m.round, m.added, m.removed) == (current, run_id, round, added, removed)
+            same = (m.parent, m.run_id, m.round, m.added, m.removed) == (current, run_id, round_no, added, removed)
             if same and all(self._exists(f"{self.table_dir('tasks')}/{f}.parquet") for f in m.task_files):
                 return m
         return None
@@ -248,10 +248,10 @@ class PoolCommits:
         else:
             self.put_json("pool/LATEST", latest, if_absent=True)
 
-    def _drop_part(self, round: int, part: str, new_tasks: list[dict]) -> None:
+    def _drop_part(self, round_no: int, part: str, new_tasks: list[dict]) -> None:
         if new_tasks:
             try:
-                self.fs.delete_file(self._part_path("tasks", round, part))
+                self.fs.delete_file(self._part_path("tasks", round_no, part))
             except (FileNotFoundError, OSError):
                 pass  # a stray part is never read: no manifest lists it
 

@@ -165,17 +165,17 @@ def ablation_markdown(
     return f"# Ablation {store.uri}\n\n{table}\n\nReport: {report.out / 'report.md'}\n\n{pictures}\n"
 
 
-def round_markdown(store: Store, run_id: str, round: int, out: str | Path | None = None) -> str:
+def round_markdown(store: Store, run_id: str, round_no: int, out: str | Path | None = None) -> str:
     """Markdown of one finished round for a Prefect artifact: its ``rounds`` row and the run's
     report pictures so far (written to ``out``, default ``<store>/report/<run_id>``)."""
     out = Path(out) if out else _artifact_dir(store) / run_id
     report = write_report(store, runs=[run_id], out=out)
     data = collect(store, [run_id])
-    row = data.rounds.filter(pl.col("round") == round).drop("condition", "seed")
+    row = data.rounds.filter(pl.col("round") == round_no).drop("condition", "seed")
     table = (
         _md_table(row.transpose(include_header=True, header_name="metric", column_names=["value"]))
         if row.height
         else "_(no rounds row yet)_"
     )
     pictures = "\n".join(f"![{p.stem}]({p})" for p in report.files if p.suffix == ".png")
-    return f"# {run_id}: round {round}\n\n{table}\n\nReport: {out / 'report.md'}\n\n{pictures}\n"
+    return f"# {run_id}: round {round_no}\n\n{table}\n\nReport: {out / 'report.md'}\n\n{pictures}\n"

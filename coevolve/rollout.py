@@ -333,7 +333,7 @@ def run_episodes(
     step_limit: int,
     phase: str,
     run_id: str,
-    round: int,
+    round_no: int,
     train_step: int | None = None,
     epoch: int | None = None,
     batch_size: int = 8,
@@ -355,11 +355,11 @@ def run_episodes(
     """
     if step_limit < 1 or batch_size < 1 or n_samples < 1:
         raise ValueError("step_limit, batch_size and n_samples must all be >= 1")
-    where = (seed, phase, round, train_step, epoch)
+    where = (seed, phase, round_no, train_step, epoch)
     call_seed = sampling.seed if sampling.seed is not None else int(_digest(*where)[:15], 16)
     base_row = {
         "run_id": run_id,
-        "round": round,
+        "round": round_no,
         "phase": phase,
         "train_step": train_step,
         "epoch": epoch,

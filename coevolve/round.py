@@ -79,11 +79,11 @@ class RoundContext:
 
 
 # ----------------------------------------------------------------------------- seeding
-def round_stages(store: Store, cfg: RunConfig, round: int) -> tuple[str, ...]:
+def round_stages(store: Store, cfg: RunConfig, round_no: int) -> tuple[str, ...]:
     """The stages of ``round``. Round 0 synthesizes the seed pool; it is skipped (no stages)
     when the store already holds a pool that this run's round 0 did not start (a pool
     committed by hand or by another run of the lineage)."""
-    if round > 0:
+    if round_no > 0:
         return STAGES
     started = any(store.stage_done(cfg.run_name, 0, stage) for stage in SYNTH_STAGES)
     if store.latest_pool() is not None and not started:
@@ -91,14 +91,14 @@ def round_stages(store: Store, cfg: RunConfig, round: int) -> tuple[str, ...]:
     return SYNTH_STAGES
 
 
-def run_round(store: Store, cfg: RunConfig, round: int) -> dict | None:
+def run_round(store: Store, cfg: RunConfig, round_no: int) -> dict | None:
     """Run (or resume) every stage of ``round``; return its ``rounds`` row (None: skipped round 0)."""
-    stages = round_stages(store, cfg, round)
+    stages = round_stages(store, cfg, round_no)
     if not stages:
         return None
     for stage in stages:
-        run_stage(store, cfg, round, stage)
-    return record_round(store, cfg, round)
+        run_stage(store, cfg, round_no, stage)
+    return record_round(store, cfg, round_no)
 
 
 def seed_pool(store: Store, cfg: RunConfig) -> dict:
@@ -214,7 +214,7 @@ def _commit(ctx: RoundContext) -> dict:
         try:
             version = ctx.store.commit_pool(
                 run_id=ctx.run_id,
-                round=ctx.round,
+                round_no=ctx.round,
                 new_tasks=rows + heldout,
                 expected_parent=latest.version if latest else None,
             )
@@ -286,23 +286,23 @@ def last_finished_round(store: Store, run_name: str) -> int:
 StageImpl = Callable[[RoundContext], dict]
 
 
-def run_stage(store: Store, cfg: RunConfig, round: int, stage: str, impl: StageImpl | None = None) -> dict:
+def run_stage(store: Store, cfg: RunConfig, round_no: int, stage: str, impl: StageImpl | None = None) -> dict:
     """Run one stage of ``round`` unless its marker says it is done; return its summary.
 
     ``impl`` replaces the library's implementation of the stage (the flows' fan-out of
     exploration and validation over a task runner); the marker and events are the same."""
-    ctx = RoundContext(store, cfg, round)
+    ctx = RoundContext(store, cfg, round_no)
     done = ctx.marker(stage)
     if done is not None:
-        emit("skip", round, stage, done)
+        emit("skip", round_no, stage, done)
         return done
-    emit("start", round, stage, {})
+    emit("start", round_no, stage, {})
     t0 = time.perf_counter()
     summary = (impl or _STAGE_FUNCS[stage])(ctx)
     summary["seconds"] = round_seconds(time.perf_counter() - t0)
-    store.mark_stage(ctx.run_id, round, stage, summary)
-    emit("done", round, stage, summary)
-    log.info("round %d %s: %s", round, stage, summary)
+    store.mark_stage(ctx.run_id, round_no, stage, summary)
+    emit("done", round_no, stage, summary)
+    log.info("round %d %s: %s", round_no, stage, summary)
     return summary
 
 
@@ -310,12 +310,12 @@ def round_seconds(x: float) -> float:
     return float(f"{x:.3f}")
 
 
-def record_round(store: Store, cfg: RunConfig, round: int) -> dict:
+def record_round(store: Store, cfg: RunConfig, round_no: int) -> dict:
     """Write the ``rounds`` row of a finished round from its stage markers."""
-    m = {stage: store.stage_done(cfg.run_name, round, stage) or {} for stage in STAGES}
+    m = {stage: store.stage_done(cfg.run_name, round_no, stage) or {} for stage in STAGES}
     row: dict[str, Any] = {
         "run_id": cfg.run_name,
-        "policy_in": RoundContext(store, cfg, round).policy_in_ref(),
+        "policy_in": RoundContext(store, cfg, round_no).policy_in_ref(),
         "policy_out": m["train"].get("checkpoint"),
         "pool_version": m["commit"].get("pool_version"),
         "pool_size": m["commit"].get("pool_size"),
@@ -341,8 +341,8 @@ def record_round(store: Store, cfg: RunConfig, round: int) -> dict:
         for part in parts:
             row[f"t_{stage}_{part}"] = split.get(part)
     row["t_total"] = round_seconds(sum(m[s].get("seconds", 0.0) for s in STAGES))
-    store.write("rounds", round, cfg.run_name, [row])
-    return {"round": round, **row}
+    store.write("rounds", round_no, cfg.run_name, [row])
+    return {"round": round_no, **row}
 
 
 def run_rounds(cfg: RunConfig, store: Store | None = None) -> list[dict]:

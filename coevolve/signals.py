@@ -1,6 +1,6 @@
 """Stage 2 of a round: mine the three feedback signals from the rollout logs with SQL.
 
-    table = mine_signals(store, cfg.signals, run_id="default", round=2)
+    table = mine_signals(store, cfg.signals, run_id="default", round_no=2)
 
 The definitions live in ``sql/signals/{forgetting,boundary,rare}.sql`` (one query each,
 documented in its header); this module runs them with DuckDB over the store's
@@ -40,9 +40,9 @@ SIGNAL_TYPES = ("forgetting", "boundary", "rare")
 KEY_COLUMN = {"forgetting": "task_id", "boundary": "task_id", "rare": "pattern"}
 
 
-def query_params(cfg: SignalsConfig, run_id: str, round: int) -> dict[str, dict[str, Any]]:
+def query_params(cfg: SignalsConfig, run_id: str, round_no: int) -> dict[str, dict[str, Any]]:
     """The DuckDB named parameters of each signal query (see the SQL headers)."""
-    common = {"run_id": run_id, "round": int(round), "phases": list(cfg.phases)}
+    common = {"run_id": run_id, "round": int(round_no), "phases": list(cfg.phases)}
     return {
         "forgetting": {
             **common,
@@ -69,29 +69,29 @@ def query_params(cfg: SignalsConfig, run_id: str, round: int) -> dict[str, dict[
     }
 
 
-def run_queries(con: duckdb.DuckDBPyConnection, cfg: SignalsConfig, run_id: str, round: int) -> dict[str, pa.Table]:
+def run_queries(con: duckdb.DuckDBPyConnection, cfg: SignalsConfig, run_id: str, round_no: int) -> dict[str, pa.Table]:
     """Every signal that holds at ``round`` (no budget), per type, as the queries return them.
 
     ``con`` must have a ``rollouts`` view (``coevolve.sql.connect``). Rows come ordered by
     score descending, then task_id / pattern.
     """
     out = {}
-    for signal_type, params in query_params(cfg, run_id, round).items():
+    for signal_type, params in query_params(cfg, run_id, round_no).items():
         text = (SQL_DIR / "signals" / f"{signal_type}.sql").read_text()
         out[signal_type] = con.sql(text, params=params).to_arrow_table()
     return out
 
 
-def signal_id(round: int, signal_type: str, key: str) -> str:
+def signal_id(round_no: int, signal_type: str, key: str) -> str:
     """Stable id of a signal: the same key in the same round always gets the same id."""
-    return f"{round}-{signal_type}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+    return f"{round_no}-{signal_type}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
 
 
-def emitted_before(store: Store, run_id: str, round: int) -> set[tuple[str, str]]:
+def emitted_before(store: Store, run_id: str, round_no: int) -> set[tuple[str, str]]:
     """Keys (signal_type, task_id or pattern) the run emitted in rounds before ``round``."""
     earlier = store.read(
         "signals",
-        filter=(ds.field("run_id") == run_id) & (ds.field("round") < int(round)),
+        filter=(ds.field("run_id") == run_id) & (ds.field("round") < int(round_no)),
         columns=["signal_type", "task_id", "pattern"],
     )
     return {
@@ -101,7 +101,7 @@ def emitted_before(store: Store, run_id: str, round: int) -> set[tuple[str, str]
 
 
 def select_signals(
-    found: dict[str, pa.Table], cfg: SignalsConfig, run_id: str, round: int, seen: set[tuple[str, str]]
+    found: dict[str, pa.Table], cfg: SignalsConfig, run_id: str, round_no: int, seen: set[tuple[str, str]]
 ) -> pa.Table:
     """Apply the per-type budget to the query results and build ``signals`` rows.
 
@@ -119,7 +119,7 @@ def select_signals(
             rows.append(
                 {
                     "run_id": run_id,
-                    "signal_id": signal_id(round, signal_type, key),
+                    "signal_id": signal_id(round_no, signal_type, key),
                     "signal_type": signal_type,
                     "task_id": key if key_col == "task_id" else None,
                     "pattern": key if key_col == "pattern" else None,
@@ -132,7 +132,7 @@ def select_signals(
     return to_table("signals", rows)
 
 
-def mine_signals(store: Store, cfg: SignalsConfig, run_id: str, round: int) -> pa.Table:
+def mine_signals(store: Store, cfg: SignalsConfig, run_id: str, round_no: int) -> pa.Table:
     """Mine, select and write the signals of ``run_id`` at ``round``; return the rows written.
 
     Output: a ``signals`` table (schema ``coevolve.schemas.SIGNALS``), also written to the
@@ -140,9 +140,9 @@ def mine_signals(store: Store, cfg: SignalsConfig, run_id: str, round: int) -> p
     """
     con = connect(store, memory_limit=cfg.memory_limit, threads=cfg.threads or None)
     try:
-        found = run_queries(con, cfg, run_id, round)
+        found = run_queries(con, cfg, run_id, round_no)
     finally:
         con.close()
-    table = select_signals(found, cfg, run_id, round, emitted_before(store, run_id, round))
-    store.write("signals", round, f"{run_id}-signals", table)
+    table = select_signals(found, cfg, run_id, round_no, emitted_before(store, run_id, round_no))
+    store.write("signals", round_no, f"{run_id}-signals", table)
     return table

@@ -148,14 +148,14 @@ class Store(PoolCommits):
         d = self.table_dir(table)
         return f"s3://{d}" if self.is_s3 else d
 
-    def _part_path(self, table: str, round: int, part: str) -> str:
-        return f"{self.table_dir(table)}/round={int(round)}/{part}.parquet"
+    def _part_path(self, table: str, round_no: int, part: str) -> str:
+        return f"{self.table_dir(table)}/round={int(round_no)}/{part}.parquet"
 
-    def write(self, table: str, round: int, part: str, rows: list[dict] | pa.Table) -> int:
+    def write(self, table: str, round_no: int, part: str, rows: list[dict] | pa.Table) -> int:
         """Write ``rows`` as part ``part`` of ``table`` in partition ``round``; replaces a
         part of the same name (so reruns never duplicate). Returns the row count."""
         data = to_table(table, rows)
-        path = self._part_path(table, round, part)
+        path = self._part_path(table, round_no, part)
         self._mkdir(path.rsplit("/", 1)[0])
         if self.is_s3:
             pq.write_table(data, path, filesystem=self.fs, compression="zstd")
@@ -165,13 +165,13 @@ class Store(PoolCommits):
             os.replace(tmp, path)
         return data.num_rows
 
-    def has_part(self, table: str, round: int, part: str) -> bool:
-        return self._exists(self._part_path(table, round, part))
+    def has_part(self, table: str, round_no: int, part: str) -> bool:
+        return self._exists(self._part_path(table, round_no, part))
 
-    def delete_parts(self, table: str, round: int, prefix: str) -> int:
+    def delete_parts(self, table: str, round_no: int, prefix: str) -> int:
         """Delete parts of ``table``/``round`` whose name starts with ``prefix``."""
         n = 0
-        for info in self._list(f"{self.table_dir(table)}/round={int(round)}"):
+        for info in self._list(f"{self.table_dir(table)}/round={int(round_no)}"):
             name = info.path.rsplit("/", 1)[-1]
             if name.startswith(prefix) and name.endswith(".parquet"):
                 self.fs.delete_file(info.path)
@@ -301,12 +301,12 @@ class Store(PoolCommits):
             return ""
 
     # ------------------------------------------------------------------ stage markers
-    def stage_done(self, run_id: str, round: int, stage: str) -> dict | None:
-        doc = self.get_json(f"runs/{run_id}/round={round}/{stage}.json")
+    def stage_done(self, run_id: str, round_no: int, stage: str) -> dict | None:
+        doc = self.get_json(f"runs/{run_id}/round={round_no}/{stage}.json")
         return doc[0] if doc else None
 
-    def mark_stage(self, run_id: str, round: int, stage: str, summary: dict) -> None:
-        self.put_json(f"runs/{run_id}/round={round}/{stage}.json", summary)
+    def mark_stage(self, run_id: str, round_no: int, stage: str, summary: dict) -> None:
+        self.put_json(f"runs/{run_id}/round={round_no}/{stage}.json", summary)
 
     # ------------------------------------------------------------------ file system helpers
     def _mkdir(self, path: str) -> None:

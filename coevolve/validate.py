@@ -177,7 +177,7 @@ class Attempts:
 Solver = Callable[[list[Task]], list[Attempts]]
 
 
-def _episode_solver(policy: Any, cfg: RunConfig, store: Store | None, run_id: str, round: int) -> Solver:
+def _episode_solver(policy: Any, cfg: RunConfig, store: Store | None, run_id: str, round_no: int) -> Solver:
     """``attempts`` episodes of every task, batched through the rollout engine."""
     from coevolve.rollout import rollout_settings, run_episodes
 
@@ -192,11 +192,11 @@ def _episode_solver(policy: Any, cfg: RunConfig, store: Store | None, run_id: st
             n_samples=cfg.validate.attempts,
             phase="validate",
             run_id=run_id,
-            round=round,
+            round_no=round_no,
             **rollout_settings(cfg, "validate"),
         )
         if store is not None:  # the attempts are rollouts like any other (phase "validate")
-            store.write("rollouts", round, f"{run_id}-validate", [row for r in results for row in r.steps])
+            store.write("rollouts", round_no, f"{run_id}-validate", [row for r in results for row in r.steps])
         by_task: dict[str, Attempts] = defaultdict(Attempts)
         for r in results:
             by_task[r.task_id].progress.append(progress(r.score))
@@ -208,28 +208,30 @@ def _episode_solver(policy: Any, cfg: RunConfig, store: Store | None, run_id: st
 
 # A solver factory returns None when it has nothing to attempt with: pass 2 is skipped.
 @register("solver", "policy")
-def make_policy_solver(cfg: RunConfig, store: Store, run_id: str, round: int, policy_path: str | None) -> Solver | None:
+def make_policy_solver(
+    cfg: RunConfig, store: Store, run_id: str, round_no: int, policy_path: str | None
+) -> Solver | None:
     """The round's policy (its checkpoint), ``attempts`` samples per task; None before any training."""
     if policy_path is None:
         return None
     from coevolve.policy import load_policy
 
-    return _episode_solver(load_policy(cfg.policy, policy_path), cfg, store, run_id, round)
+    return _episode_solver(load_policy(cfg.policy, policy_path), cfg, store, run_id, round_no)
 
 
 @register("solver", "explorer")
-def make_explorer_solver(cfg: RunConfig, store: Store, run_id: str, round: int, policy_path: str | None) -> Solver:
+def make_explorer_solver(cfg: RunConfig, store: Store, run_id: str, round_no: int, policy_path: str | None) -> Solver:
     """The explorer's LLM behind its OpenAI-compatible endpoint."""
     from coevolve.explorers.llm import endpoint_policy
 
     if not cfg.explore.base_url:
         raise ConfigError("validate.solver 'explorer' needs explore.base_url (the explorer LLM's endpoint)")
 
-    return _episode_solver(endpoint_policy(cfg, cfg.explore), cfg, store, run_id, round)
+    return _episode_solver(endpoint_policy(cfg, cfg.explore), cfg, store, run_id, round_no)
 
 
 @register("solver", "none")
-def make_no_solver(cfg: RunConfig, store: Store, run_id: str, round: int, policy_path: str | None) -> None:
+def make_no_solver(cfg: RunConfig, store: Store, run_id: str, round_no: int, policy_path: str | None) -> None:
     """No pass 2: the mechanical checks and pass 1 decide."""
     return None
 
@@ -277,7 +279,7 @@ class RolloutSink:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    def write(self, table: str, round: int, part: str, rows: list[dict]) -> int:
+    def write(self, table: str, round_no: int, part: str, rows: list[dict]) -> int:
         assert table == "rollouts", f"a solver wrote to {table}"
         self.rows += list(rows)
         return len(rows)
@@ -289,13 +291,13 @@ Pass2 = Callable[[list[str]], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
 
 
 def pass2_specs(
-    cfg: RunConfig, run_id: str, round: int, policy_path: str | None, specs: list[str]
+    cfg: RunConfig, run_id: str, round_no: int, policy_path: str | None, specs: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Pass 2 on ``specs`` (task specs that passed pass 1, e.g. one chunk of a fan-out), in any
     process: the verdict fields of each ({} for all when the solver has nothing to attempt with:
     pass 1's verdicts stand) and the attempts' rollout rows, for the stage to write."""
     sink = RolloutSink()
-    solver = resolve("solver", cfg.validate.solver)(cfg, sink, run_id, round, policy_path)
+    solver = resolve("solver", cfg.validate.solver)(cfg, sink, run_id, round_no, policy_path)
     if solver is None:
         return [{} for _ in specs], []
     return pass2_verdicts(solver, [Task.from_json(s) for s in specs], cfg.validate), sink.rows
@@ -364,7 +366,7 @@ def validate(
     store: Store,
     cfg: RunConfig,
     run_id: str,
-    round: int,
+    round_no: int,
     policy_path: str | None,
     pass2: Pass2 | None = None,
     *,
@@ -379,7 +381,7 @@ def validate(
     """
     splits = splits or Splits()
     part = f"{run_id}-candidates"
-    rows = store.read("candidates", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round)).to_pylist()
+    rows = store.read("candidates", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round_no)).to_pylist()
     for r in rows:
         r.pop("round", None)
     rows.sort(key=lambda r: r["candidate_id"])
@@ -390,19 +392,21 @@ def validate(
         pending = any(not r.get("verdict") for r in rows)
         with splits.part("pass2"):
             # the solver (a model) is loaded only when some candidate may need it
-            solver = resolve("solver", cfg.validate.solver)(cfg, store, run_id, round, policy_path) if pending else None
+            solver = (
+                resolve("solver", cfg.validate.solver)(cfg, store, run_id, round_no, policy_path) if pending else None
+            )
         out = validate_rows(rows, pool_rows, env, cfg, solver, splits)
     else:
-        out = _validate_elsewhere(store, run_id, round, rows, pool_rows, env, cfg, pass2, splits)
+        out = _validate_elsewhere(store, run_id, round_no, rows, pool_rows, env, cfg, pass2, splits)
     table = to_table("candidates", out)
-    store.write("candidates", round, part, table)
+    store.write("candidates", round_no, part, table)
     return table
 
 
 def _validate_elsewhere(
     store: Store,
     run_id: str,
-    round: int,
+    round_no: int,
     rows: list[dict[str, Any]],
     pool_rows: list[dict[str, Any]],
     env: Environment,
@@ -420,7 +424,7 @@ def _validate_elsewhere(
             verdicts, rollouts = pass2([rows[i]["spec"] for i in passed])
         for i, verdict in zip(passed, verdicts, strict=True):
             out[i].update(verdict)
-        store.write("rollouts", round, f"{run_id}-validate", rollouts)
+        store.write("rollouts", round_no, f"{run_id}-validate", rollouts)
     return out
 
 

@@ -41,69 +41,69 @@ _RETRIES = {"train": 0}
 
 
 @task(name="plan-round", retries=2, retry_delay_seconds=2)
-def plan_task(config: dict[str, Any], round: int) -> list[str]:
+def plan_task(config: dict[str, Any], round_no: int) -> list[str]:
     cfg = RunConfig.from_dict(config)
-    return list(round_stages(open_run_store(cfg), cfg, round))
+    return list(round_stages(open_run_store(cfg), cfg, round_no))
 
 
 @task(retries=1, retry_delay_seconds=2)
-def stage_task(config: dict[str, Any], round: int, stage: str) -> dict:
+def stage_task(config: dict[str, Any], round_no: int, stage: str) -> dict:
     from flows.fanout import stage_impl
 
     cfg = RunConfig.from_dict(config)
     store = open_run_store(cfg)
-    with StageProgress(store, cfg, round, stage):
-        return run_stage(store, cfg, round, stage, impl=stage_impl(cfg, round, stage))
+    with StageProgress(store, cfg, round_no, stage):
+        return run_stage(store, cfg, round_no, stage, impl=stage_impl(cfg, round_no, stage))
 
 
 @task(name="record-round", retries=2, retry_delay_seconds=2)
-def record_task(config: dict[str, Any], round: int) -> dict:
+def record_task(config: dict[str, Any], round_no: int) -> dict:
     cfg = RunConfig.from_dict(config)
-    return record_round(open_run_store(cfg), cfg, round)
+    return record_round(open_run_store(cfg), cfg, round_no)
 
 
 def _round_run_name() -> str:
     from prefect.runtime import flow_run
 
     p = flow_run.parameters
-    return f"{p['config'].get('run_name', 'run')} round {p['round']}"
+    return f"{p['config'].get('run_name', 'run')} round {p['round_no']}"
 
 
 @flow(name="coevolve-round", flow_run_name=_round_run_name, log_prints=True)
-def round_flow(config: dict[str, Any], round: int) -> dict | None:
+def round_flow(config: dict[str, Any], round_no: int) -> dict | None:
     """train -> signals -> explore -> abstract -> validate -> commit -> evaluate
     (round 0: explore -> abstract -> validate -> commit; None when it is skipped)."""
-    stages = plan_task(config, round)
+    stages = plan_task(config, round_no)
     if not stages:
-        get_run_logger().info("round %d: the store already has a pool this run did not synthesize: skipped", round)
+        get_run_logger().info("round %d: the store already has a pool this run did not synthesize: skipped", round_no)
         return None
     for stage in stages:
-        stage_task.with_options(name=stage, task_run_name=f"{stage} (round {round})", retries=_RETRIES.get(stage, 1))(
-            config, round, stage
-        )
-    row = record_task(config, round)
-    publish_round_task(config, round, row)
+        stage_task.with_options(
+            name=stage, task_run_name=f"{stage} (round {round_no})", retries=_RETRIES.get(stage, 1)
+        )(config, round_no, stage)
+    row = record_task(config, round_no)
+    publish_round_task(config, round_no, row)
     return row
 
 
 @task(name="publish-round")
-def publish_round_task(config: dict[str, Any], round: int, row: dict) -> None:
+def publish_round_task(config: dict[str, Any], round_no: int, row: dict) -> None:
     """The round's Markdown artifact: a sentence and the first-look table, then the run's
     report pictures so far. A picture that cannot be drawn is logged, never fails the round."""
     from coevolve.report import round_markdown
 
     cfg = RunConfig.from_dict(config)
     summary = round_summary_markdown(row)
-    get_run_logger().info("round %d finished. %s", round, summary.splitlines()[0])
+    get_run_logger().info("round %d finished. %s", round_no, summary.splitlines()[0])
     try:
-        details = round_markdown(open_run_store(cfg), cfg.run_name, round)
+        details = round_markdown(open_run_store(cfg), cfg.run_name, round_no)
     except Exception as exc:  # the artifact is a view; the round's data is already committed
-        get_run_logger().warning("round %d: no report pictures: %s", round, exc)
+        get_run_logger().warning("round %d: no report pictures: %s", round_no, exc)
         details = ""
     create_markdown_artifact(
-        key=artifact_key("coevolve", cfg.run_name, "round", round),
-        markdown=f"# {cfg.run_name}: round {round} summary\n\n{summary}\n{details}",
-        description=f"coevolve {cfg.run_name}: round {round} summary",
+        key=artifact_key("coevolve", cfg.run_name, "round", round_no),
+        markdown=f"# {cfg.run_name}: round {round_no} summary\n\n{summary}\n{details}",
+        description=f"coevolve {cfg.run_name}: round {round_no} summary",
     )
 
 

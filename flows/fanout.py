@@ -70,19 +70,19 @@ def split(items: list[Any], k: int) -> list[list[Any]]:
     return [c for c in out if c]
 
 
-def stage_impl(cfg: RunConfig, round: int, stage: str) -> Callable[[RoundContext], dict] | None:
+def stage_impl(cfg: RunConfig, round_no: int, stage: str) -> Callable[[RoundContext], dict] | None:
     """The fanned-out implementation of ``stage``, or None: the library's, in-process (always
     for round 0, and when rounds 1..N do not explore: ``explore.enabled: false``)."""
-    if cfg.fanout.engine == "none" or round == 0 or not cfg.explore.enabled:
+    if cfg.fanout.engine == "none" or round_no == 0 or not cfg.explore.enabled:
         return None
     return {"explore": explore_fanout, "validate": validate_fanout}.get(stage)
 
 
-def _gather(futures: list[Any], round: int, stage: str, what: str) -> list[Any]:
+def _gather(futures: list[Any], round_no: int, stage: str, what: str) -> list[Any]:
     out = []
     for i, future in enumerate(futures, 1):
         out.append(future.result())
-        report_progress(round, stage, i, len(futures), f"chunks of {what}")
+        report_progress(round_no, stage, i, len(futures), f"chunks of {what}")
     return out
 
 
@@ -100,13 +100,13 @@ def explore_chunk(config: dict[str, Any], run_id: str, contexts: list[Any]) -> l
     return session_rows(run_id, sessions)
 
 
-@flow(name="coevolve-explore-fanout", flow_run_name="explore fan-out, round {round}")
-def explore_fanout_flow(config: dict[str, Any], run_id: str, round: int, chunks: list[list[Any]]) -> list[dict]:
+@flow(name="coevolve-explore-fanout", flow_run_name="explore fan-out, round {round_no}")
+def explore_fanout_flow(config: dict[str, Any], run_id: str, round_no: int, chunks: list[list[Any]]) -> list[dict]:
     futures = [
         explore_chunk.with_options(task_run_name=f"contexts {i + 1} of {len(chunks)}").submit(config, run_id, c)
         for i, c in enumerate(chunks)
     ]
-    return [row for rows in _gather(futures, round, "explore", "contexts") for row in rows]
+    return [row for rows in _gather(futures, round_no, "explore", "contexts") for row in rows]
 
 
 def explore_fanout(ctx: RoundContext) -> dict:
@@ -128,25 +128,25 @@ def explore_fanout(ctx: RoundContext) -> dict:
 # ----------------------------------------------------------------------------- validate
 @task(name="validate-chunk", retries=1)
 def validate_chunk(
-    config: dict[str, Any], run_id: str, round: int, policy_path: str | None, specs: list[str]
+    config: dict[str, Any], run_id: str, round_no: int, policy_path: str | None, specs: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Pass 2 on a chunk of the candidates that passed pass 1 (``coevolve.validate.pass2_specs``)."""
     from coevolve.validate import pass2_specs
 
-    return pass2_specs(RunConfig.from_dict(config), run_id, round, policy_path, specs)
+    return pass2_specs(RunConfig.from_dict(config), run_id, round_no, policy_path, specs)
 
 
-@flow(name="coevolve-validate-fanout", flow_run_name="validate fan-out, round {round}")
+@flow(name="coevolve-validate-fanout", flow_run_name="validate fan-out, round {round_no}")
 def validate_fanout_flow(
-    config: dict[str, Any], run_id: str, round: int, policy_path: str | None, chunks: list[list[str]]
+    config: dict[str, Any], run_id: str, round_no: int, policy_path: str | None, chunks: list[list[str]]
 ) -> list[tuple[list[dict], list[dict]]]:
     futures = [
         validate_chunk.with_options(task_run_name=f"candidates {i + 1} of {len(chunks)}").submit(
-            config, run_id, round, policy_path, c
+            config, run_id, round_no, policy_path, c
         )
         for i, c in enumerate(chunks)
     ]
-    return _gather(futures, round, "validate", "candidates")
+    return _gather(futures, round_no, "validate", "candidates")
 
 
 def validate_fanout(ctx: RoundContext) -> dict:

@@ -33,8 +33,8 @@ TRAIN_POLL_S = 5.0  # how often the train stage's progress reads the store
 class StageProgress:
     """Logs and a progress artifact for one running stage (a context manager)."""
 
-    def __init__(self, store: Store, cfg: RunConfig, round: int, stage: str, poll_s: float = TRAIN_POLL_S):
-        self.store, self.cfg, self.round, self.stage, self.poll_s = store, cfg, round, stage, poll_s
+    def __init__(self, store: Store, cfg: RunConfig, round_no: int, stage: str, poll_s: float = TRAIN_POLL_S):
+        self.store, self.cfg, self.round, self.stage, self.poll_s = store, cfg, round_no, stage, poll_s
         self.log = get_run_logger()
         self.artifact_id: Any = None
         self.last_done = -1
@@ -55,19 +55,19 @@ class StageProgress:
             self._remove()
 
     # ------------------------------------------------------------------ events
-    def _on_event(self, event: str, round: int, stage: str, info: dict) -> None:
-        if (round, stage) != (self.round, self.stage):
+    def _on_event(self, event: str, round_no: int, stage: str, info: dict) -> None:
+        if (round_no, stage) != (self.round, self.stage):
             return
         if event == "skip":
             self.log.info(
-                "round %d %s: already done, skipped (%s)", round, stage, describe(stage, info).splitlines()[0]
+                "round %d %s: already done, skipped (%s)", round_no, stage, describe(stage, info).splitlines()[0]
             )
         elif event == "start":
-            self.log.info("round %d %s: started", round, stage)
+            self.log.info("round %d %s: started", round_no, stage)
             self.artifact_id = create_progress_artifact(
                 progress=0.0,
-                key=artifact_key("progress", self.cfg.run_name, "round", round, stage),
-                description=f"{self.cfg.run_name}: round {round} {stage}",
+                key=artifact_key("progress", self.cfg.run_name, "round", round_no, stage),
+                description=f"{self.cfg.run_name}: round {round_no} {stage}",
             )
             if stage == "train":
                 self._watch_training()
@@ -78,7 +78,7 @@ class StageProgress:
             if self.artifact_id is not None:
                 update_progress_artifact(self.artifact_id, progress=100.0)
             self.log.info(
-                "round %d %s: done in %.1f s. %s", round, stage, info.get("seconds", 0.0), describe(stage, info)
+                "round %d %s: done in %.1f s. %s", round_no, stage, info.get("seconds", 0.0), describe(stage, info)
             )
 
     def _progress(self, done: int, total: int, note: str) -> None:

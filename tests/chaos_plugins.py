@@ -11,8 +11,8 @@ from coevolve.policy.models import resolve_model
 from coevolve.train import TrainResult, checkpoint_path
 
 
-def copy_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
-    out = Path(checkpoint_path(cfg, run_id, round))
+def copy_trainer(store, cfg, run_id, round_no, policy_in, tasks) -> TrainResult:
+    out = Path(checkpoint_path(cfg, run_id, round_no))
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(resolve_model(policy_in), tmp)
@@ -34,5 +34,5 @@ def copy_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
         for t in tasks
         for s in range(4)
     ]
-    store.write("rollouts", round, f"{run_id}-train-copy", rows)
+    store.write("rollouts", round_no, f"{run_id}-train-copy", rows)
     return TrainResult(checkpoint=str(out), n_rollouts=len(rows), mean_reward=0.5, success_rate=0.5)

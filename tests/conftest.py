@@ -89,7 +89,7 @@ def _seeded_store(root, tasks, signal_types=("forgetting", "boundary", "rare")):
     for t in tasks:
         t.split, t.origin, t.run_id = "train", "seed", "t"
         rows.append(t.to_row())
-    store.commit_pool(run_id="t", round=0, new_tasks=rows, expected_parent=None)
+    store.commit_pool(run_id="t", round_no=0, new_tasks=rows, expected_parent=None)
     signals, rollouts = [], []
     for i, t in enumerate(tasks):
         kind = signal_types[i % len(signal_types)]

@@ -69,7 +69,7 @@ def test_static_condition_feedback_stages_produce_nothing(tmp_path):
     store = Store(str(tmp_path / "s"))
     store.commit_pool(
         run_id="st",
-        round=0,
+        round_no=0,
         expected_parent=None,
         new_tasks=[
             {

@@ -19,9 +19,9 @@ from coevolve.train import TrainResult, checkpoint_path
 
 
 @register("trainer", "test-seeded")
-def seeded_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
+def seeded_trainer(store, cfg, run_id, round_no, policy_in, tasks) -> TrainResult:
     """Writes a 'checkpoint' whose weights are the run seed: tells stores apart by weights."""
-    out = Path(checkpoint_path(cfg, run_id, round))
+    out = Path(checkpoint_path(cfg, run_id, round_no))
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps({"model_type": "test", "policy_in": policy_in}))
     save_file({"w": torch.full((4, 4), float(cfg.seed))}, str(out / "model.safetensors"))

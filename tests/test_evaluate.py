@@ -200,7 +200,7 @@ def test_fuzzed_outputs_become_error_steps(env, few):
         step_limit=6,
         phase="eval",
         run_id="fuzz",
-        round=0,
+        round_no=0,
         step_timeout_s=5.0,
     )
     assert len(results) == len(few)
@@ -248,7 +248,7 @@ def test_budgets_end_episodes_with_a_reason(few):
         step_limit=4,
         phase="eval",
         run_id="b",
-        round=0,
+        round_no=0,
         step_timeout_s=0.1,
     )
     assert slow.finish_reason == "time_limit" and not slow.score.success
@@ -261,7 +261,7 @@ def test_budgets_end_episodes_with_a_reason(few):
         step_limit=3,
         phase="eval",
         run_id="b",
-        round=0,
+        round_no=0,
     )
     cut = [row for row in looping.steps if row["finish_reason"] == "step_limit"]
     assert len(cut) == len(task.turns) and not looping.score.success

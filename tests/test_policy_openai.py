@@ -68,7 +68,7 @@ def test_episode_rows_match_the_local_backend(server):
         step_limit=2,
         phase="eval",
         run_id="o",
-        round=0,
+        round_no=0,
         seed=11,
     )
     via_http = run_episodes(remote, CounterEnv(), make_tasks(2), **kw)

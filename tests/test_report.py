@@ -21,14 +21,14 @@ runner = CliRunner()
 PNGS = {"score", "signals", "validation", "pool", "turns", "stage_times"}
 
 
-def _task(tid: str, origin: str, n_turns: int, round: int) -> dict:
+def _task(tid: str, origin: str, n_turns: int, round_no: int) -> dict:
     return {
         "task_id": tid,
         "env": "bfcl-v3",
         "split": "train",
         "origin": origin,
         "turns": ["do it"] * n_turns,
-        "created_round": round,
+        "created_round": round_no,
         "content_hash": tid,
     }
 
@@ -45,7 +45,7 @@ def fake_run(
     then the accepted tasks with the given turn counts), signals, candidates, rounds rows."""
     store.commit_pool(
         run_id=run_id,
-        round=0,
+        round_no=0,
         new_tasks=[_task(f"{run_id}-seed{i}", "seed", 2, 0) for i in range(2)],
         expected_parent=None,
     )
@@ -79,7 +79,7 @@ def fake_run(
         latest = store.latest_pool()
         store.commit_pool(
             run_id=run_id,
-            round=r,
+            round_no=r,
             expected_parent=latest.version,
             new_tasks=[_task(f"{run_id}-r{r}-{k}", "explored", n, r) for k, n in enumerate(turns[i])],
         )

@@ -143,7 +143,7 @@ class Scripted:
 
 def test_rollout_rows_carry_the_parts(env, task):
     (r,) = run_episodes(
-        Scripted(task), env, [task], sampling=SamplingParams(), step_limit=4, phase="train", run_id="rw", round=1
+        Scripted(task), env, [task], sampling=SamplingParams(), step_limit=4, phase="train", run_id="rw", round_no=1
     )
     assert sum(1 for row in r.steps if row["parse_error"]) == 1
     assert r.score.n_calls == 4 and r.score.n_malformed == 1

@@ -127,7 +127,7 @@ def reference_script(m, conv):
 def run(policy, tasks, env=None, **kw):
     kw.setdefault("sampling", SamplingParams())
     kw.setdefault("step_limit", 4)
-    return run_episodes(policy, env or CounterEnv(), tasks, phase="train", run_id="r", round=1, **kw)
+    return run_episodes(policy, env or CounterEnv(), tasks, phase="train", run_id="r", round_no=1, **kw)
 
 
 def test_reference_replay_succeeds_and_rows_follow_the_schema():
@@ -302,7 +302,7 @@ def test_bfcl_episodes_with_the_tiny_model_record_every_step(tiny_cfg, one_threa
             step_limit=2,
             phase="eval",
             run_id="bfcl",
-            round=0,
+            round_no=0,
             batch_size=4,
             seed=3,
         )

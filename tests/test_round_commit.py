@@ -41,13 +41,13 @@ def _candidates(store: Store) -> None:
 def test_commit_stage_killed_between_manifest_and_pointer_resumes(tmp_path):
     root = str(tmp_path / "store")
     store = Store(root)
-    store.commit_pool(run_id="r", round=0, new_tasks=[_row("seed")], expected_parent=None)
+    store.commit_pool(run_id="r", round_no=0, new_tasks=[_row("seed")], expected_parent=None)
     _candidates(store)
     proc = subprocess.run([sys.executable, "-c", _KILLED_COMMIT, root], capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert store.stage_done("r", 1, "commit") is None and store.pool_versions() == [1]
     # another run commits meanwhile: the orphan must not block it
-    other = store.commit_pool(run_id="other", round=1, new_tasks=[_row("o")], expected_parent=1)
+    other = store.commit_pool(run_id="other", round_no=1, new_tasks=[_row("o")], expected_parent=1)
     assert other.version == 3
     cfg = load_config(None, {"store": root, "run_name": "r"})
     summary = run_stage(store, cfg, 1, "commit")
@@ -65,7 +65,7 @@ def test_commit_stage_killed_between_manifest_and_pointer_resumes(tmp_path):
 def test_commit_stage_resume_after_pointer_writes_the_missing_row(tmp_path):
     root = str(tmp_path / "store")
     store = Store(root)
-    store.commit_pool(run_id="r", round=0, new_tasks=[_row("seed")], expected_parent=None)
+    store.commit_pool(run_id="r", round_no=0, new_tasks=[_row("seed")], expected_parent=None)
     _candidates(store)
     code = _KILLED_COMMIT.replace(
         "Store._move_pointer = lambda self, pointer, manifest: os.kill(os.getpid(), signal.SIGKILL)",

@@ -27,7 +27,7 @@ def episode(
     task: str,
     success: bool | None = False,
     *,
-    round: int = 2,
+    round_no: int = 2,
     reward: float | None = None,
     actions: list[str | None] = ("a",),
     turns: list[int] | None = None,
@@ -49,7 +49,7 @@ def episode(
         rows.append(
             dict(
                 run_id=run,
-                round=round,
+                round=round_no,
                 phase=phase,
                 task_id=task,
                 episode_id=eid,
@@ -84,8 +84,8 @@ def make_store(tmp_path, rows: list[dict]) -> Store:
     return store
 
 
-def found(store: Store, round: int = 2, **cfg) -> dict:
-    return run_queries(connect(store), SignalsConfig(**cfg), RUN, round)
+def found(store: Store, round_no: int = 2, **cfg) -> dict:
+    return run_queries(connect(store), SignalsConfig(**cfg), RUN, round_no)
 
 
 def keys(table, col: str = "task_id") -> set:
@@ -97,38 +97,38 @@ def keys(table, col: str = "task_id") -> set:
 def forgetting_log(tmp_path):
     T, F = True, False
     rows = (
-        group("forgot", [T] * 4, round=1)
-        + group("forgot", [F] * 4, round=2)
-        + group("half_before", [T, T, F, F], round=1)
+        group("forgot", [T] * 4, round_no=1)
+        + group("forgot", [F] * 4, round_no=2)
+        + group("half_before", [T, T, F, F], round_no=1)
         + group("half_before", [F] * 4)  # 0.5 counts
         # success near misses whose reward does not fall by 0.2 either
-        + group("below_before", [T, F, F, F], round=1)
+        + group("below_before", [T, F, F, F], round_no=1)
         + group("below_before", [(F, 0.1)] * 4)  # 0.25: miss
-        + group("not_zero_now", [T] * 4, round=1)
+        + group("not_zero_now", [T] * 4, round_no=1)
         + group("not_zero_now", [T] + [(F, 0.9)] * 3)  # now 0.25: miss
         + group("within_round", [T] * 4, epoch=0, train_step=1)
         + group("within_round", [F] * 4, epoch=1, train_step=7)
-        + group("one_sample", [T], round=1)
+        + group("one_sample", [T], round_no=1)
         + group("one_sample", [F])
         + group("one_round_only", [F] * 4)
-        + group("all_fail", [F] * 4, round=1)
+        + group("all_fail", [F] * 4, round_no=1)
         + group("all_fail", [F] * 4)
-        + group("null_now", [T] * 4, round=1)
+        + group("null_now", [T] * 4, round_no=1)
         + group("null_now", [None] * 4)
-        + group("stale", [T] * 4, round=1)  # not observed in round 2: nothing to say now
-        + group("recovered", [T] * 4, round=1)
+        + group("stale", [T] * 4, round_no=1)  # not observed in round 2: nothing to say now
+        + group("recovered", [T] * 4, round_no=1)
         + group("recovered", [F] * 4, epoch=0)
         + group("recovered", [T] * 4, epoch=1)
-        + group("eval_leak", [T] * 4, round=1)
+        + group("eval_leak", [T] * 4, round_no=1)
         + group("eval_leak", [T] * 4)
         + group("eval_leak", [F] * 4, phase="eval", epoch=None, train_step=None)
-        + group("other_run", [T] * 4, round=1, run="other")
+        + group("other_run", [T] * 4, round_no=1, run="other")
         + group("other_run", [F] * 4)
-        + group("future", [T] * 4, round=1)
+        + group("future", [T] * 4, round_no=1)
         + group("future", [F] * 4)
-        + group("future", [T] * 4, round=3)
+        + group("future", [T] * 4, round_no=3)
         # many steps per episode, all failing to parse: still episodes that failed
-        + group("parse_errors", [T] * 2, round=1, actions=["a", "b"])
+        + group("parse_errors", [T] * 2, round_no=1, actions=["a", "b"])
         + group("parse_errors", [F] * 2, actions=["a", "b"], parse_errors=(0, 1))
     )
     return make_store(tmp_path, rows)
@@ -159,8 +159,8 @@ def test_forgetting_parameters(forgetting_log):
     assert keys(found(forgetting_log, forget_reward_drop=2.0)["forgetting"]) == keys(
         found(forgetting_log)["forgetting"]
     )
-    assert keys(found(forgetting_log, round=1)["forgetting"]) == set()
-    assert "future" not in keys(found(forgetting_log, round=3)["forgetting"])
+    assert keys(found(forgetting_log, round_no=1)["forgetting"]) == set()
+    assert "future" not in keys(found(forgetting_log, round_no=3)["forgetting"])
 
 
 def test_forgetting_on_a_drop_in_reward(tmp_path):
@@ -168,25 +168,25 @@ def test_forgetting_on_a_drop_in_reward(tmp_path):
     falls by >= forget_reward_drop against its best earlier round, epoch or step."""
     F = False
     rows = (
-        group("reward_fell", [(F, 0.5)] * 4, round=1)
+        group("reward_fell", [(F, 0.5)] * 4, round_no=1)
         + group("reward_fell", [(F, 0.25)] * 4)  # 0.25
-        + group("at_threshold", [(F, 0.45)] * 4, round=1)
+        + group("at_threshold", [(F, 0.45)] * 4, round_no=1)
         + group("at_threshold", [(F, 0.25)] * 4)  # 0.2 exactly
-        + group("just_under", [(F, 0.44)] * 4, round=1)
+        + group("just_under", [(F, 0.44)] * 4, round_no=1)
         + group("just_under", [(F, 0.25)] * 4)  # 0.19: miss
-        + group("rose", [(F, 0.2)] * 4, round=1)
+        + group("rose", [(F, 0.2)] * 4, round_no=1)
         + group("rose", [(F, 0.5)] * 4)  # miss
-        + group("null_now", [(F, 0.6)] * 4, round=1)
+        + group("null_now", [(F, 0.6)] * 4, round_no=1)
         + group("null_now", [(None, None)] * 4)  # nothing to compare: miss
         # the small round of the embedded default: two GRPO steps of one epoch
         + group("within_round", [(F, 0.1), (F, 0.6), (F, 0.6), (F, 0.3)], epoch=0, train_step=0)
         + group("within_round", [(F, 0.1), (F, 0.1), (F, 0.35), (F, 0.1)], epoch=0, train_step=1)
         # against the best earlier point, not the latest earlier one
-        + group("best_earlier", [(F, 0.6)] * 4, round=1)
+        + group("best_earlier", [(F, 0.6)] * 4, round_no=1)
         + group("best_earlier", [(F, 0.4)] * 4, epoch=0)
         + group("best_earlier", [(F, 0.35)] * 4, epoch=1)
         # both criteria hold: the larger drop is the score
-        + group("both", [(True, 1.0), (True, 1.0), (F, 0.5), (F, 0.5)], round=1)
+        + group("both", [(True, 1.0), (True, 1.0), (F, 0.5), (F, 0.5)], round_no=1)
         + group("both", [(F, 0.1)] * 4)
     )
     got = found(make_store(tmp_path, rows))["forgetting"]
@@ -224,7 +224,7 @@ def boundary_log(tmp_path):
         + group("null_success", [(None, 0.0), (None, 1.0), (None, 0.0), (None, 1.0)])  # rewards still vary
         + group("half_null", [(T, 1.0), (F, 0.0), (None, None), (None, None)])  # 2 scored: miss
         + group("one_sample", [T])
-        + group("earlier_round", [T, T, F, F], round=1)
+        + group("earlier_round", [T, T, F, F], round_no=1)
         + group("across_steps", [T, T], epoch=0, train_step=0)
         + group("across_steps", [F, F], epoch=1, train_step=3)
         + group("eval_leak", [T] * 4)
@@ -258,7 +258,7 @@ def test_boundary_parameters(boundary_log):
     assert "partial" not in keys(found(boundary_log, boundary_reward_std=0.26)["boundary"])
     assert "flat" in keys(found(boundary_log, boundary_reward_std=0.09)["boundary"])
     assert "eval_leak" in keys(found(boundary_log, phases=["train", "eval"])["boundary"])
-    assert keys(found(boundary_log, round=1)["boundary"]) == {"earlier_round"}
+    assert keys(found(boundary_log, round_no=1)["boundary"]) == {"earlier_round"}
 
 
 # --------------------------------------------------------------------------- rare
@@ -279,7 +279,7 @@ def rare_log(tmp_path):
     rows += episode("t1", actions=["echo", "wc"], parse_errors=(1,))
     rows += episode("t0", actions=["ev1", "ev2"], phase="eval") + episode("t1", actions=["ev1", "ev2"], phase="eval")
     rows += episode("t0", actions=["o1", "o2"], run="other") + episode("t1", actions=["o1", "o2"], run="other")
-    rows += episode("t0", actions=["r1", "r2"], round=1) + episode("t1", actions=["r1", "r2"], round=1)
+    rows += episode("t0", actions=["r1", "r2"], round_no=1) + episode("t1", actions=["r1", "r2"], round_no=1)
     total = 6 + 8 + 2 + 2 + 1 + 3
     return make_store(tmp_path, rows), total
 
@@ -322,7 +322,7 @@ def test_rare_parameters(rare_log):
     assert trigrams == set()  # cd > ls > cat (4 episodes) is the only candidate, and the most frequent
     limited = found(store, evidence_limit=1)["rare"].to_pylist()
     assert all(len(r["task_ids"]) == 1 and len(r["episode_ids"]) == 1 for r in limited)
-    assert keys(found(store, round=1, rare_min_total=0)["rare"], "pattern") == set()  # one candidate: the top
+    assert keys(found(store, round_no=1, rare_min_total=0)["rare"], "pattern") == set()  # one candidate: the top
 
 
 def test_rare_patterns_with_argument_keys(tmp_path):
@@ -346,9 +346,11 @@ def test_rare_patterns_with_argument_keys(tmp_path):
 def test_mine_signals_budget_is_new_ids_and_rewrites(tmp_path):
     T, F = True, False
     round1 = (
-        group("b1", [T, F, F, F], round=1) + group("b2", [T, T, F, F], round=1) + group("b3", [T, T, F, F], round=1)
+        group("b1", [T, F, F, F], round_no=1)
+        + group("b2", [T, T, F, F], round_no=1)
+        + group("b3", [T, T, F, F], round_no=1)
     )
-    round1 += group("b0", [T, T, F, F], round=1) + group("f1", [T] * 4, round=1)
+    round1 += group("b0", [T, T, F, F], round_no=1) + group("f1", [T] * 4, round_no=1)
     round2 = group("b2", [T, T, F, F]) + group("b3", [T] * 4) + group("b4", [T, T, F, F]) + group("f1", [F] * 4)
     store = make_store(tmp_path, round1 + round2)
     cfg = SignalsConfig(budget_per_type=3)
@@ -377,11 +379,11 @@ def test_a_small_round_mines_every_kind_with_the_defaults(tmp_path):
     calls, rewards with partial credit (progress x 0.5 + a format bonus), almost no success."""
     T, F = True, False
 
-    def step(task, train_step, rewards, actions, round):
+    def step(task, train_step, rewards, actions, round_no):
         rows = []
         for r, a in zip(rewards, actions):
             success, reward = (T, 1.0) if r == 1.0 else (F, r)
-            rows += episode(task, success, reward=reward, actions=a, round=round, train_step=train_step)
+            rows += episode(task, success, reward=reward, actions=a, round_no=round_no, train_step=train_step)
         return rows
 
     four = lambda a: [a] * 4  # noqa: E731

@@ -47,25 +47,25 @@ def test_empty_table_reads_with_schema(store):
 
 
 def test_pool_versions_are_immutable_and_cas(store):
-    v1 = store.commit_pool(run_id="r", round=0, new_tasks=[{"task_id": "a"}, {"task_id": "b"}], expected_parent=None)
-    v2 = store.commit_pool(run_id="r", round=1, new_tasks=[{"task_id": "c"}], removed=["a"], expected_parent=1)
+    v1 = store.commit_pool(run_id="r", round_no=0, new_tasks=[{"task_id": "a"}, {"task_id": "b"}], expected_parent=None)
+    v2 = store.commit_pool(run_id="r", round_no=1, new_tasks=[{"task_id": "c"}], removed=["a"], expected_parent=1)
     assert (v1.version, v2.version, v2.parent) == (1, 2, 1)
     assert store.pool_tasks().column("task_id").to_pylist() == ["b", "c"]
     assert store.pool_tasks(1).column("task_id").to_pylist() == ["a", "b"]
     # a writer that read v1 as latest loses, with a clear error, and leaves no rows behind
     with pytest.raises(ConcurrentCommitError, match="latest is v2"):
-        store.commit_pool(run_id="r", round=1, new_tasks=[{"task_id": "d"}], expected_parent=1)
+        store.commit_pool(run_id="r", round_no=1, new_tasks=[{"task_id": "d"}], expected_parent=1)
     assert "d" not in store.read("tasks").column("task_id").to_pylist()
     assert store.pool_versions() == [1, 2]
 
 
 def test_two_concurrent_writers_never_lose_work(store):
-    store.commit_pool(run_id="r", round=0, new_tasks=[{"task_id": "seed"}], expected_parent=None)
+    store.commit_pool(run_id="r", round_no=0, new_tasks=[{"task_id": "seed"}], expected_parent=None)
     outcomes: list[str] = []
 
     def writer(name: str) -> None:
         try:
-            store.commit_pool(run_id=name, round=1, new_tasks=[{"task_id": name}], expected_parent=1)
+            store.commit_pool(run_id=name, round_no=1, new_tasks=[{"task_id": name}], expected_parent=1)
             outcomes.append("won")
         except ConcurrentCommitError:
             outcomes.append("lost")
@@ -103,28 +103,28 @@ def _race(first: Store, second: Store, run_first: str, run_second: str) -> None:
     ``second`` commits a whole version on v1. ``first`` must lose cleanly."""
     original = first.write
 
-    def write_then_race(table, round, part, rows):
-        n = original(table, round, part, rows)
+    def write_then_race(table, round_no, part, rows):
+        n = original(table, round_no, part, rows)
         if table == "tasks":
             first.write = original
-            second.commit_pool(run_id=run_second, round=1, new_tasks=[{"task_id": "won"}], expected_parent=1)
+            second.commit_pool(run_id=run_second, round_no=1, new_tasks=[{"task_id": "won"}], expected_parent=1)
         return n
 
     first.write = write_then_race
     with pytest.raises(ConcurrentCommitError):
-        first.commit_pool(run_id=run_first, round=1, new_tasks=[{"task_id": "lost"}], expected_parent=1)
+        first.commit_pool(run_id=run_first, round_no=1, new_tasks=[{"task_id": "lost"}], expected_parent=1)
 
 
 @pytest.mark.parametrize("runs", [("r", "r"), ("a", "a2")], ids=["same-run-id", "prefix-run-ids"])
 def test_a_losing_commit_never_touches_the_winners_files(tmp_path, runs):
     root = str(tmp_path / "store")
-    Store(root).commit_pool(run_id="seed", round=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
+    Store(root).commit_pool(run_id="seed", round_no=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
     _race(Store(root), Store(root), *runs)
     store = Store(root)
     assert store.pool_tasks().column("task_id").to_pylist() == ["s", "won"]
     assert sorted(store.read("tasks").column("task_id").to_pylist()) == ["s", "won"]
     # the loser retries on the new latest and both commits stand
-    store.commit_pool(run_id=runs[0], round=1, new_tasks=[{"task_id": "lost"}], expected_parent=2)
+    store.commit_pool(run_id=runs[0], round_no=1, new_tasks=[{"task_id": "lost"}], expected_parent=2)
     assert store.pool_tasks().column("task_id").to_pylist() == ["s", "won", "lost"]
     assert [store.pool_tasks(v).num_rows for v in store.pool_versions()] == [1, 2, 3]
 
@@ -133,7 +133,9 @@ def _commit_until_done(store: Store, run_id: str, task_id: str) -> None:
     while True:
         latest = store.latest_pool()
         try:
-            store.commit_pool(run_id=run_id, round=1, new_tasks=[{"task_id": task_id}], expected_parent=latest.version)
+            store.commit_pool(
+                run_id=run_id, round_no=1, new_tasks=[{"task_id": task_id}], expected_parent=latest.version
+            )
             return
         except ConcurrentCommitError:
             continue
@@ -141,7 +143,7 @@ def _commit_until_done(store: Store, run_id: str, task_id: str) -> None:
 
 def test_threads_with_one_run_id_lose_no_commit(store):
     """Two (and more) threads committing with one run id: every commit lands, every version reads."""
-    store.commit_pool(run_id="seed", round=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
+    store.commit_pool(run_id="seed", round_no=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
     stores = [store] + [Store(store.uri, endpoint_url=store.s3_settings.get("endpoint_url", "")) for _ in range(3)]
     threads = [threading.Thread(target=_commit_until_done, args=(s, "same", f"t{i}")) for i, s in enumerate(stores)]
     for t in threads:
@@ -159,7 +161,7 @@ _KILL_BEFORE_POINTER = """
 import os, signal, sys
 from coevolve.store import Store
 Store._move_pointer = lambda self, pointer, manifest: os.kill(os.getpid(), signal.SIGKILL)
-Store(sys.argv[1]).commit_pool(run_id="run", round=1, new_tasks=[{"task_id": "x"}], expected_parent=1)
+Store(sys.argv[1]).commit_pool(run_id="run", round_no=1, new_tasks=[{"task_id": "x"}], expected_parent=1)
 """
 
 
@@ -171,12 +173,12 @@ def _killed_commit(root: str) -> None:
 def test_kill_between_manifest_and_pointer_then_resume_adopts(tmp_path):
     root = str(tmp_path / "store")
     store = Store(root)
-    store.commit_pool(run_id="run", round=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
+    store.commit_pool(run_id="run", round_no=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
     _killed_commit(root)
     assert store.manifest_versions() == [1, 2] and store.pool_versions() == [1]  # an orphan, unread
     assert store.read("tasks").column("task_id").to_pylist() == ["s"]
     # resume: the same commit again adopts the orphan instead of colliding with it
-    v = store.commit_pool(run_id="run", round=1, new_tasks=[{"task_id": "x"}], expected_parent=1)
+    v = store.commit_pool(run_id="run", round_no=1, new_tasks=[{"task_id": "x"}], expected_parent=1)
     assert v.version == 2 and store.pool_versions() == [1, 2]
     assert store.pool_tasks().column("task_id").to_pylist() == ["s", "x"]
     assert store.read("pool_versions").column("version").to_pylist() == [1, 2]
@@ -185,12 +187,12 @@ def test_kill_between_manifest_and_pointer_then_resume_adopts(tmp_path):
 def test_kill_between_manifest_and_pointer_then_other_writers_number_past(tmp_path):
     root = str(tmp_path / "store")
     store = Store(root)
-    store.commit_pool(run_id="run", round=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
+    store.commit_pool(run_id="run", round_no=0, new_tasks=[{"task_id": "s"}], expected_parent=None)
     _killed_commit(root)
-    other = store.commit_pool(run_id="other", round=1, new_tasks=[{"task_id": "o"}], expected_parent=1)
+    other = store.commit_pool(run_id="other", round_no=1, new_tasks=[{"task_id": "o"}], expected_parent=1)
     assert other.version == 3 and other.parent == 1
     # the killed run resumes on the new latest; its orphan is never adopted nor read
-    again = store.commit_pool(run_id="run", round=1, new_tasks=[{"task_id": "x"}], expected_parent=3)
+    again = store.commit_pool(run_id="run", round_no=1, new_tasks=[{"task_id": "x"}], expected_parent=3)
     assert (again.version, again.parent) == (4, 3)
     assert store.pool_versions() == [1, 3, 4]
     assert store.pool_tasks().column("task_id").to_pylist() == ["s", "o", "x"]

@@ -70,7 +70,7 @@ def test_round0_is_resumable_and_skipped_for_a_pool_it_did_not_start(round0, tmp
     # a store whose pool was committed otherwise: round 0 has no stages
     other = Store(str(tmp_path / "other"))
     other.commit_pool(
-        run_id="x", round=0, new_tasks=[t.to_row() for t in pool_tasks(store, "train")[:2]], expected_parent=None
+        run_id="x", round_no=0, new_tasks=[t.to_row() for t in pool_tasks(store, "train")[:2]], expected_parent=None
     )
     other_cfg = load_config(None, {"store": other.uri})
     assert round_stages(other, other_cfg, 0) == () and run_round(other, other_cfg, 0) is None

@@ -88,11 +88,11 @@ def store(tmp_path, tasks):
     st = Store(str(tmp_path / "store"))
     v1 = st.commit_pool(
         run_id="t",
-        round=0,
+        round_no=0,
         new_tasks=[tasks[k].to_row() for k in ("filler", "fail", "heldout")],
         expected_parent=None,
     )
-    st.commit_pool(run_id="t", round=1, new_tasks=[tasks["good"].to_row()], expected_parent=v1.version)
+    st.commit_pool(run_id="t", round_no=1, new_tasks=[tasks["good"].to_row()], expected_parent=v1.version)
     return st
 
 

@@ -106,7 +106,7 @@ def _reward(cfg, checkpoint: str, tasks) -> float:
         step_limit=1,
         phase="eval",
         run_id="learn",
-        round=0,
+        round_no=0,
         batch_size=40,
     )
     return sum(r.score.reward for r in results) / len(results)

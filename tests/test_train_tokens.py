@@ -89,7 +89,7 @@ def sampled():
         step_limit=3,
         phase="train",
         run_id="t",
-        round=0,
+        round_no=0,
         batch_size=9,
     )
     return policy, results

@@ -53,7 +53,7 @@ def setup(tmp_path_factory):
         agent_loop_config=write_agent_loop_config(tmp / "agent_loop.yaml"),
         out_dir=str(tmp / "out"),
         run_id="v",
-        round=1,
+        round_no=1,
         n_tasks=len(tasks),
     )
     return cfg, tasks, model, overrides, tmp
@@ -207,7 +207,7 @@ def test_cli_dry_run_prints_config_and_launch_command(tmp_path):
     # a pool to train on (test-pick has no states to synthesize one from)
     Store(str(tmp_path / "store")).commit_pool(
         run_id="default",
-        round=0,
+        round_no=0,
         new_tasks=[t.to_row() for t in PickEnvironment().load_tasks(limit=4)],
         expected_parent=None,
     )

@@ -298,7 +298,7 @@ def test_embedded_default_round_from_20_signals(signal_store, env):
 
     # commit the accepted specs as the lead's commit stage does, then replay from the pool alone
     accepted = [Task.from_json(r["spec"]).to_row() for r in rows if r["verdict"] == "accepted"]
-    store.commit_pool(run_id="t", round=1, new_tasks=accepted, expected_parent=store.latest_pool().version)
+    store.commit_pool(run_id="t", round_no=1, new_tasks=accepted, expected_parent=store.latest_pool().version)
     pool = [r for r in store.pool_tasks().to_pylist() if r["origin"] == "explored"]
     assert len(pool) == summary["accepted"]
     assert all(_replay_from_pool(env, r) for r in pool)

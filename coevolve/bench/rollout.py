@@ -68,7 +68,7 @@ def bench(
             step_limit=step_limit,
             phase="eval",
             run_id="bench",
-            round=0,
+            round_no=0,
             batch_size=bs,
             seed=seed,
         )

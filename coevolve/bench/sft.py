@@ -54,7 +54,7 @@ def first_call_quality(policy, env, tasks: list, *, max_new_tokens: int) -> dict
         step_limit=1,
         phase="eval",
         run_id="bench-sft",
-        round=0,
+        round_no=0,
         batch_size=4,
     )
     parsed = valid = correct = 0

@@ -89,7 +89,7 @@ def compare(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the benchmark
-def _measure(side: str, store_dir: str, cfg: SignalsConfig, round: int, out: str) -> None:
+def _measure(side: str, store_dir: str, cfg: SignalsConfig, round_no: int, out: str) -> None:
     """Child process: mine the signals one way, write them as JSON to ``out`` with the
     wall time and this process's peak resident memory."""
     start, cpu = time.perf_counter(), time.process_time()
@@ -99,16 +99,16 @@ def _measure(side: str, store_dir: str, cfg: SignalsConfig, round: int, out: str
         from coevolve.store import Store
 
         con = connect(Store(store_dir), memory_limit=cfg.memory_limit, threads=cfg.threads or None)
-        found = run_queries(con, cfg, RUN_ID, round)
+        found = run_queries(con, cfg, RUN_ID, round_no)
     else:
-        found = pandas_signals(store_dir, cfg, RUN_ID, round)
+        found = pandas_signals(store_dir, cfg, RUN_ID, round_no)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu  # cpu: all threads
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     result = {"seconds": seconds, "cpu_seconds": cpu, "peak_mb": peak_mb, "load": os.getloadavg()[0]}
     Path(out).write_text(json.dumps(result | {"signals": canonical(found)}))
 
 
-def _child(side: str, store_dir: str, cfg: SignalsConfig, round: int, out: Path) -> dict:
+def _child(side: str, store_dir: str, cfg: SignalsConfig, round_no: int, out: Path) -> dict:
     cmd = [
         sys.executable,
         "-m",
@@ -116,7 +116,7 @@ def _child(side: str, store_dir: str, cfg: SignalsConfig, round: int, out: Path)
         side,
         store_dir,
         json.dumps(cfg.__dict__),
-        str(round),
+        str(round_no),
         str(out),
     ]
     subprocess.run(cmd, check=True)

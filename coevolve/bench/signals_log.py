@@ -64,7 +64,7 @@ def _dict_array(indices: np.ndarray, values: list[str]) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(values)).cast(pa.string())
 
 
-def _episodes(round: int, rounds: int, kinds: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _episodes(round_no: int, rounds: int, kinds: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Episode-level arrays of one round: training groups, plus eval and other-run episodes."""
     n_tasks = len(kinds)
     task = np.tile(np.repeat(np.arange(n_tasks), GROUP), EPOCHS)
@@ -84,7 +84,7 @@ def _episodes(round: int, rounds: int, kinds: np.ndarray, rng: np.random.Generat
     sample = np.concatenate([sample, np.zeros(2 * n_extra, np.int64)])
     phase = np.concatenate([phase, np.repeat(np.array([1, 0], np.int8), n_extra)])
     run = np.concatenate([run, np.repeat(np.array([0, 1], np.int8), n_extra)])
-    p = _success_prob(kinds[task], last_round=round == rounds)
+    p = _success_prob(kinds[task], last_round=round_no == rounds)
     p = np.where((phase == 1) | (run == 1), 1.0 - p, p)
     success = rng.random(len(task)) < p
     # partial rewards: the fraction of 4 turns passed; a success passes all of them
@@ -104,7 +104,7 @@ def _episodes(round: int, rounds: int, kinds: np.ndarray, rng: np.random.Generat
     }
 
 
-def _steps(eps: dict[str, np.ndarray], sel: np.ndarray, round: int, workflows: np.ndarray, rng) -> pa.Table:
+def _steps(eps: dict[str, np.ndarray], sel: np.ndarray, round_no: int, workflows: np.ndarray, rng) -> pa.Table:
     """Step rows of the episodes ``sel`` (indices into ``eps``), as a ROLLOUTS table."""
     length = eps["length"][sel]
     n = int(length.sum())
@@ -124,7 +124,7 @@ def _steps(eps: dict[str, np.ndarray], sel: np.ndarray, round: int, workflows: n
     names = pa.array(np.asarray(tools, dtype=object)[np.maximum(tool, 0)], pa.string())
     names = pc.if_else(pa.array(tool < 0), pa.scalar(None, pa.string()), names)
     episode_id = pc.binary_join_element_wise(
-        np.where(eps["phase"][ep] == 1, f"r{round}-v", f"r{round}-e").astype(object),
+        np.where(eps["phase"][ep] == 1, f"r{round_no}-v", f"r{round_no}-e").astype(object),
         pa.array(ep).cast(pa.string()),
         "",
     )
@@ -151,7 +151,7 @@ def _steps(eps: dict[str, np.ndarray], sel: np.ndarray, round: int, workflows: n
             "episode_reward": pa.array(eps["reward"][ep], mask=eps["reward_null"][ep]),
             "success": pa.array(eps["success"][ep], mask=eps["success_null"][ep]),
             "n_tokens": pa.array(rng.integers(5, 60, n), pa.int32()),
-            "policy_version": _dict_array(np.zeros(n, np.int8), [f"r{round}"]),
+            "policy_version": _dict_array(np.zeros(n, np.int8), [f"r{round_no}"]),
             "finish_reason": pa.nulls(n, pa.string()),
             # the columns the signal queries do not read stay null
             **{f.name: pa.nulls(n, f.type) for f in ROLLOUTS if f.name in _UNREAD},
@@ -201,11 +201,11 @@ def generate_log(
     base = Path(store_dir) / "tables" / "rollouts"
     for stale in base.glob("round=*/bench-*.parquet"):  # an earlier, larger log's extra parts
         stale.unlink()
-    for round in range(1, rounds + 1):
-        eps = _episodes(round, rounds, kinds, rng)
-        out = base / f"round={round}"
+    for round_no in range(1, rounds + 1):
+        eps = _episodes(round_no, rounds, kinds, rng)
+        out = base / f"round={round_no}"
         out.mkdir(parents=True, exist_ok=True)
-        plant = round == rounds
+        plant = round_no == rounds
         if plant:
             _plant_rare(eps, rng)
         cum = np.cumsum(eps["length"])
@@ -213,7 +213,7 @@ def generate_log(
         edges = np.unique(np.concatenate([[0], cuts, [len(cum)]]))
         for part, (start, stop) in enumerate(zip(edges[:-1], edges[1:])):
             sel = np.arange(start, stop)
-            table = _steps(eps, sel, round, workflows, rng)
+            table = _steps(eps, sel, round_no, workflows, rng)
             if plant:
                 table = _apply_plants(table, eps, sel)
             pq.write_table(table, out / f"bench-{part:04d}.parquet", compression="zstd", row_group_size=256_000)

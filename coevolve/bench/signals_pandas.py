@@ -35,9 +35,9 @@ def _read(store_dir: str | Path, run_id: str, columns: list[str], phases: list[s
     return table.to_pandas()
 
 
-def _forgetting(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.DataFrame:
+def _forgetting(store_dir, cfg: SignalsConfig, run_id: str, round_no: int) -> pd.DataFrame:
     cols = ["round", "phase", "episode_id", "task_id", "epoch", "train_step", "success", "episode_reward"]
-    df = _read(store_dir, run_id, cols, cfg.phases, (ds.field("round") <= round) & ds.field("task_id").is_valid())
+    df = _read(store_dir, run_id, cols, cfg.phases, (ds.field("round") <= round_no) & ds.field("task_id").is_valid())
     ep = df.groupby(cols[:-2], dropna=False, sort=False).agg(
         success=("success", "max"), reward=("episode_reward", "max")
     )
@@ -52,7 +52,7 @@ def _forgetting(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.Da
     pts = pts.merge(failing.reset_index(), on=point, how="left")
     pts = pts.sort_values(point, na_position="last", kind="stable")
     pts["recency"] = pts.groupby("task_id").cumcount(ascending=False) + 1
-    latest = pts[(pts["recency"] == 1) & (pts["round"] == round)]
+    latest = pts[(pts["recency"] == 1) & (pts["round"] == round_no)]
     pairs = pts[pts["recency"] > 1].merge(latest, on="task_id", suffixes=("_before", "_now"))
     success_ok = (pairs["rate_before"] >= cfg.forget_before_min) & (pairs["rate_now"] <= cfg.forget_now_max)
     reward_diff = pairs["reward_before"] - pairs["reward_now"]
@@ -85,9 +85,9 @@ def _forgetting(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.Da
     )
 
 
-def _boundary(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.DataFrame:
+def _boundary(store_dir, cfg: SignalsConfig, run_id: str, round_no: int) -> pd.DataFrame:
     cols = ["phase", "episode_id", "task_id", "success", "episode_reward"]
-    df = _read(store_dir, run_id, cols, cfg.phases, (ds.field("round") == round) & ds.field("task_id").is_valid())
+    df = _read(store_dir, run_id, cols, cfg.phases, (ds.field("round") == round_no) & ds.field("task_id").is_valid())
     ep = (
         df.groupby(cols[:3], sort=False).agg(success=("success", "max"), reward=("episode_reward", "max")).reset_index()
     )
@@ -111,11 +111,11 @@ def _boundary(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.Data
     ]
 
 
-def _rare(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.DataFrame:
+def _rare(store_dir, cfg: SignalsConfig, run_id: str, round_no: int) -> pd.DataFrame:
     if cfg.rare_with_arg_keys:
         raise ValueError("the pandas reference implements name patterns only (rare_with_arg_keys=false)")
     cols = ["phase", "episode_id", "task_id", "turn", "step", "action_name", "parse_error"]
-    where = (ds.field("round") == round) & ds.field("action_name").is_valid()
+    where = (ds.field("round") == round_no) & ds.field("action_name").is_valid()
     if not cfg.include_parse_errors:
         where = where & ds.field("parse_error").is_null()
     df = _read(store_dir, run_id, cols, cfg.phases, where)
@@ -187,11 +187,11 @@ def _rare(store_dir, cfg: SignalsConfig, run_id: str, round: int) -> pd.DataFram
     ]
 
 
-def pandas_signals(store_dir: str | Path, cfg: SignalsConfig, run_id: str, round: int) -> dict[str, pd.DataFrame]:
+def pandas_signals(store_dir: str | Path, cfg: SignalsConfig, run_id: str, round_no: int) -> dict[str, pd.DataFrame]:
     """The reference: every signal of ``run_id`` at ``round``, per type, with the columns of
     the SQL queries, computed with vectorized pandas from the local store at ``store_dir``."""
     return {
-        "forgetting": _forgetting(store_dir, cfg, run_id, round),
-        "boundary": _boundary(store_dir, cfg, run_id, round),
-        "rare": _rare(store_dir, cfg, run_id, round),
+        "forgetting": _forgetting(store_dir, cfg, run_id, round_no),
+        "boundary": _boundary(store_dir, cfg, run_id, round_no),
+        "rare": _rare(store_dir, cfg, run_id, round_no),
     }

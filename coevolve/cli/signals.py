@@ -50,7 +50,7 @@ _SUMMARY = {
 
 @app.command()
 def signals(
-    round: int = typer.Option(..., "--round", "-r", help="The round whose signals to show."),
+    round_no: int = typer.Option(..., "--round", "-r", help="The round whose signals to show."),
     store: str = typer.Option(
         "", "--store", "-s", help="Local directory or s3://bucket/prefix (default: the config's)."
     ),
@@ -70,10 +70,12 @@ def signals(
     cfg = _signals_config(config, sets)
     run_id = run or cfg.run_name
     st = open_store_or_fail(store or cfg.store, cfg.s3)
-    table = st.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round))
+    table = st.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round_no))
     if mine or table.num_rows == 0:
-        table = mine_signals(st, cfg.signals, run_id, round)
-        console.print(f"mined from the rollouts of run {run_id!r} round {round} and written to the store", style="dim")
+        table = mine_signals(st, cfg.signals, run_id, round_no)
+        console.print(
+            f"mined from the rollouts of run {run_id!r} round {round_no} and written to the store", style="dim"
+        )
     rows = table.drop_columns(["round"]).to_pylist() if "round" in table.column_names else table.to_pylist()
     order = {"forgetting": 0, "boundary": 1, "rare": 2}
     rows.sort(key=lambda r: (order.get(r["signal_type"], 3), r["rank"]))
@@ -99,4 +101,4 @@ def signals(
         )
     console.print(out)
     counts = {t: sum(r["signal_type"] == t for r in rows) for t in order}
-    console.print(f"run {run_id!r} round {round}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
+    console.print(f"run {run_id!r} round {round_no}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))

@@ -25,7 +25,7 @@ def train(
     config: str = typer.Option(None, "--config", "-c", help="YAML run config."),
     backend: str = typer.Option(None, "--backend", help="Trainer: local | verl (default: train.backend)."),
     store: str = typer.Option(None, "--store", help="Store URI (default: from the config)."),
-    round: int = typer.Option(1, "--round", help="Round number the rollouts and checkpoint are filed under."),
+    round_no: int = typer.Option(1, "--round", help="Round number the rollouts and checkpoint are filed under."),
     policy: str = typer.Option(None, "--policy", help="Starting policy (default: policy.model)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="verl: print the composed config and launch command only."),
     set_: list[str] = typer.Option([], "--set", help="Config override KEY=VALUE (repeatable)."),
@@ -50,7 +50,7 @@ def train(
         from coevolve.train.verl_config import format_command
         from coevolve.train.verl_launch import prepare
 
-        plan = prepare(cfg, cfg.run_name, round, policy_in, tasks)
+        plan = prepare(cfg, cfg.run_name, round_no, policy_in, tasks)
         # plain echo: the command must stay one pasteable line, unwrapped
         typer.echo(plan.yaml)
         typer.echo(f"# files: {plan.workdir}")
@@ -59,7 +59,7 @@ def train(
     from coevolve.train import train_round
 
     started = time.monotonic()
-    result = train_round(run_store, cfg, cfg.run_name, round, policy_in, tasks)
+    result = train_round(run_store, cfg, cfg.run_name, round_no, policy_in, tasks)
     console.print(
         f"trained {len(tasks)} tasks in {time.monotonic() - started:.0f}s: {result.n_rollouts} rollouts, "
         f"mean reward {result.mean_reward:.3f}, success {result.success_rate:.3f}\ncheckpoint: {result.checkpoint}"

@@ -32,29 +32,29 @@ if TYPE_CHECKING:
 
 
 def train_round(
-    store: "Store", cfg: "RunConfig", run_id: str, round: int, policy_in: str, tasks: list["Task"]
+    store: "Store", cfg: "RunConfig", run_id: str, round_no: int, policy_in: str, tasks: list["Task"]
 ) -> TrainResult:
     """Train ``policy_in`` (an HF directory or model name) on ``tasks`` with the trainer
     named by ``cfg.train.backend``; training rollouts go to the store's ``rollouts`` table
     (phase ``train``), the trained policy to ``checkpoint_path(cfg, run_id, round)``."""
     trainer = resolve("trainer", cfg.train.backend)
-    return trainer(store, cfg, run_id, round, policy_in, tasks)
+    return trainer(store, cfg, run_id, round_no, policy_in, tasks)
 
 
 @register("trainer", "local")
-def local_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
+def local_trainer(store, cfg, run_id, round_no, policy_in, tasks) -> TrainResult:
     from coevolve.events import report_progress
     from coevolve.train.local import StepStats, train_local
 
     def on_step(s: StepStats) -> None:  # the CLI's live status and the stage log
         note = f"GRPO steps; reward {s.mean_reward:.3g}, loss {s.loss:.3g}, {s.seconds:.0f}s"
-        report_progress(round, "train", s.step, cfg.train.steps, note)
+        report_progress(round_no, "train", s.step, cfg.train.steps, note)
 
-    return train_local(store, cfg, run_id, round, policy_in, tasks, on_step=on_step)
+    return train_local(store, cfg, run_id, round_no, policy_in, tasks, on_step=on_step)
 
 
 @register("trainer", "verl")
-def verl_trainer(store, cfg, run_id, round, policy_in, tasks) -> TrainResult:
+def verl_trainer(store, cfg, run_id, round_no, policy_in, tasks) -> TrainResult:
     from coevolve.train.verl_launch import train_verl
 
-    return train_verl(store, cfg, run_id, round, policy_in, tasks)
+    return train_verl(store, cfg, run_id, round_no, policy_in, tasks)

@@ -147,7 +147,7 @@ class GrpoTrainer:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
 
-    def rollouts(self, tasks: list[Task], *, run_id: str, round: int, step: int, epoch: int, seed: int) -> list[Any]:
+    def rollouts(self, tasks: list[Task], *, run_id: str, round_no: int, step: int, epoch: int, seed: int) -> list[Any]:
         from coevolve.rollout import run_episodes
 
         p, t = self.cfg.policy, self.cfg.train
@@ -163,7 +163,7 @@ class GrpoTrainer:
             step_limit=self.cfg.env.step_limit,
             phase="train",
             run_id=run_id,
-            round=round,
+            round_no=round_no,
             train_step=step,
             epoch=epoch,
             batch_size=p.batch_size,
@@ -308,7 +308,7 @@ def train_local(
     store: Any,
     cfg: Any,
     run_id: str,
-    round: int,
+    round_no: int,
     policy_in: str,
     tasks: list[Task],
     *,
@@ -324,14 +324,14 @@ def train_local(
         raise ValueError(f"train.backend 'local' trains a local model; policy.backend is {cfg.policy.backend!r}")
     t = cfg.train
     # a rerun of the round replaces its training rollouts and steps, even if it now takes fewer
-    store.delete_parts("rollouts", round, f"{run_id}-train-s")
-    store.delete_parts("train_steps", round, f"{run_id}-train-s")
-    seed = cfg.seed * 1000 + round
+    store.delete_parts("rollouts", round_no, f"{run_id}-train-s")
+    store.delete_parts("train_steps", round_no, f"{run_id}-train-s")
+    seed = cfg.seed * 1000 + round_no
     torch.manual_seed(seed)
     threads_before = torch.get_num_threads()
     torch.set_num_threads(t.threads or os.cpu_count() or 1)
     try:
-        return _train(store, cfg, run_id, round, policy_in, tasks, seed, on_step)
+        return _train(store, cfg, run_id, round_no, policy_in, tasks, seed, on_step)
     finally:
         torch.set_num_threads(threads_before)
 
@@ -340,7 +340,7 @@ def _train(
     store: Any,
     cfg: Any,
     run_id: str,
-    round: int,
+    round_no: int,
     policy_in: str,
     tasks: list[Task],
     seed: int,
@@ -371,16 +371,16 @@ def _train(
         epoch, step_tasks = next(batches)
         with splits.part("rollouts"):
             results = trainer.rollouts(
-                step_tasks, run_id=run_id, round=round, step=step, epoch=epoch, seed=seed * 100 + step
+                step_tasks, run_id=run_id, round_no=round_no, step=step, epoch=epoch, seed=seed * 100 + step
             )
             rows = [row for r in results for row in r.steps]
-            store.write("rollouts", round, f"{run_id}-train-s{step:04d}", rows)
+            store.write("rollouts", round_no, f"{run_id}-train-s{step:04d}", rows)
         with splits.part("update"):
             updates = trainer.update(results)
         if updates:
             store.write(
                 "train_steps",
-                round,
+                round_no,
                 f"{run_id}-train-s{step:04d}",
                 [{**u, "run_id": run_id, "step": step, "task_epoch": epoch} for u in updates],
             )
@@ -403,7 +403,7 @@ def _train(
                 )
             )
     with splits.part("checkpoint"):
-        out = save_checkpoint(model, policy.tokenizer, checkpoint_path(cfg, run_id, round))
+        out = save_checkpoint(model, policy.tokenizer, checkpoint_path(cfg, run_id, round_no))
     n = len(rewards)
     return TrainResult(
         checkpoint=out,

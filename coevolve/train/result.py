@@ -25,9 +25,9 @@ class TrainResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def checkpoint_path(cfg: "RunConfig", run_id: str, round: int) -> str:
+def checkpoint_path(cfg: "RunConfig", run_id: str, round_no: int) -> str:
     """The local directory round ``round`` of run ``run_id`` saves its policy to (with the
     store, or in the local cache of a remote location: see ``coevolve.checkpoints``)."""
     from coevolve.checkpoints import local_dir
 
-    return local_dir(cfg, run_id, round)
+    return local_dir(cfg, run_id, round_no)

@@ -62,7 +62,7 @@ def reference_chats(env: Any, tasks: list[Task], *, step_limit: int, seed: int) 
         step_limit=max(step_limit, longest + 1),
         phase="train",
         run_id="sft",
-        round=0,
+        round_no=0,
         seed=seed,
     )
     return [r for r in results if r.score.success]

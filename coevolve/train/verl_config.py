@@ -34,7 +34,7 @@ def build_overrides(
     agent_loop_config: str,
     out_dir: str,
     run_id: str,
-    round: int,
+    round_no: int,
     n_tasks: int,
 ) -> list[str]:
     """Hydra overrides (``key=value`` strings) that turn verl's defaults into this round's run.
@@ -87,7 +87,7 @@ def build_overrides(
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={_quoted(agent_loop_config)}",
         "trainer.logger=[console]",
         "trainer.project_name=coevolve",
-        f"trainer.experiment_name={run_id}-round-{round}",
+        f"trainer.experiment_name={run_id}-round-{round_no}",
         f"trainer.default_local_dir={_quoted(out_dir)}",
         f"trainer.n_gpus_per_node={t.verl_gpus_per_node}",
         f"trainer.nnodes={t.verl_nodes}",
@@ -100,7 +100,7 @@ def build_overrides(
         # read by coevolve's agent loop on the rollout workers
         f"+coevolve.store={_quoted(store)}",
         f"+coevolve.run_id={run_id}",
-        f"+coevolve.round={round}",
+        f"+coevolve.round={round_no}",
         f"+coevolve.env={cfg.env.name}",
         f"+coevolve.tool_format={p.tool_format}",
         f"+coevolve.step_limit={cfg.env.step_limit}",

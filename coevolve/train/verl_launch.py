@@ -52,9 +52,9 @@ def model_for_verl(policy_in: str) -> str:
         return policy_in
 
 
-def prepare(cfg: Any, run_id: str, round: int, policy_in: str, tasks: list[Task]) -> VerlPlan:
+def prepare(cfg: Any, run_id: str, round_no: int, policy_in: str, tasks: list[Task]) -> VerlPlan:
     """Write the round's dataset and agent-loop files, compose and validate verl's config."""
-    workdir = Path(f"{checkpoint_path(cfg, run_id, round)}-verl").resolve()
+    workdir = Path(f"{checkpoint_path(cfg, run_id, round_no)}-verl").resolve()
     model_path = model_for_verl(policy_in)
     overrides = build_overrides(
         cfg,
@@ -63,7 +63,7 @@ def prepare(cfg: Any, run_id: str, round: int, policy_in: str, tasks: list[Task]
         agent_loop_config=write_agent_loop_config(workdir / "agent_loop.yaml"),
         out_dir=str(workdir / "verl"),
         run_id=run_id,
-        round=round,
+        round_no=round_no,
         n_tasks=len(tasks),
     )
     config = compose_config(overrides)
@@ -105,13 +105,13 @@ def merge_checkpoint(workdir: str, steps: int, target: str, on_line: Callable[[s
     return target
 
 
-def round_metrics(store: Any, run_id: str, round: int) -> tuple[int, float, float]:
+def round_metrics(store: Any, run_id: str, round_no: int) -> tuple[int, float, float]:
     """(episodes, mean episode reward, success rate) of the round's verl training rollouts."""
     import pyarrow.dataset as ds
 
     table = store.read(
         "rollouts",
-        filter=(ds.field("run_id") == run_id) & (ds.field("round") == round) & (ds.field("phase") == "train"),
+        filter=(ds.field("run_id") == run_id) & (ds.field("round") == round_no) & (ds.field("phase") == "train"),
         columns=["episode_id", "episode_reward", "success"],
     )
     episodes = {r["episode_id"]: r for r in table.to_pylist()}
@@ -126,7 +126,7 @@ def train_verl(
     store: Any,
     cfg: Any,
     run_id: str,
-    round: int,
+    round_no: int,
     policy_in: str,
     tasks: list[Task],
     *,
@@ -137,10 +137,10 @@ def train_verl(
     The agent loop on verl's workers writes the rollout rows to the store, so the store must be
     reachable from the cluster (S3 for a remote cluster). ``on_line`` receives verl's output.
     """
-    plan = prepare(cfg, run_id, round, policy_in, tasks)
-    store.delete_parts("rollouts", round, f"{run_id}-train-verl-")  # a rerun replaces the round's rows
+    plan = prepare(cfg, run_id, round_no, policy_in, tasks)
+    store.delete_parts("rollouts", round_no, f"{run_id}-train-verl-")  # a rerun replaces the round's rows
     on_line(f"launching: {format_command(plan.command)}")
     stream(plan.command, on_line)
-    target = merge_checkpoint(plan.workdir, max(cfg.train.steps, 1), checkpoint_path(cfg, run_id, round), on_line)
-    n, reward, success = round_metrics(store, run_id, round)
+    target = merge_checkpoint(plan.workdir, max(cfg.train.steps, 1), checkpoint_path(cfg, run_id, round_no), on_line)
+    n, reward, success = round_metrics(store, run_id, round_no)
     return TrainResult(checkpoint=target, n_rollouts=n, mean_reward=reward, success_rate=success)

@@ -49,8 +49,8 @@ class StageStatus:
         self.log_every_s = log_every_s
         self._last_logged: dict[tuple[int, str], float] = {}
 
-    def __call__(self, event: str, round: int, stage: str, info: dict) -> None:
-        key = (round, stage)
+    def __call__(self, event: str, round_no: int, stage: str, info: dict) -> None:
+        key = (round_no, stage)
         if event == "start":
             self.started[key] = time.perf_counter()
             self.rows[key] = ("running", "")
@@ -66,7 +66,7 @@ class StageStatus:
                 return
             self._last_logged[key] = now
             status, brief = self.rows[key]
-            self.log(f"round {round} {stage}: {status} {brief}".rstrip())
+            self.log(f"round {round_no} {stage}: {status} {brief}".rstrip())
 
     def __rich__(self):
         from rich.spinner import Spinner

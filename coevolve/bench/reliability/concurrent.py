@@ -37,7 +37,7 @@ def committer(store_uri: str, endpoint: str, run_id: str, tag: str, n: int, go: 
             try:
                 latest = store.latest_pool()
                 store.commit_pool(
-                    run_id=run_id, round=1, new_tasks=tasks, expected_parent=latest.version if latest else None
+                    run_id=run_id, round_no=1, new_tasks=tasks, expected_parent=latest.version if latest else None
                 )
                 done.append([t["task_id"] for t in tasks])
                 break
@@ -73,7 +73,7 @@ def concurrent_scenario(
 
     res = ScenarioResult(name)
     store = Store(store_uri, endpoint_url=check_endpoint or endpoint)
-    store.commit_pool(run_id="seed", round=0, new_tasks=[{"task_id": "seed"}], expected_parent=None)
+    store.commit_pool(run_id="seed", round_no=0, new_tasks=[{"task_id": "seed"}], expected_parent=None)
     wanted: dict[str, list[str]] = {}
     for mode in modes:
         go = work / f"{name}-{mode}-go"
