@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 
 import httpx
 from typer.testing import CliRunner
 
-from coevolve.processes import free_port, stop
 from coevolve.registry import register
+from serve_helpers import served_tiny_model
 from test_rollout import CounterEnv  # tests/ is on sys.path (pytest rootdir-relative import)
 
 register("environment", "test-counter")(CounterEnv)
@@ -56,30 +53,13 @@ def test_bench_rollout_prints_both_modes_side_by_side():
 
 
 def test_serve_command_answers_on_loopback():
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coevolve.cli", "serve", "--model", "tiny", "--port", str(port), "--threads", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.stdout.read()
-                time.sleep(0.2)
+    with served_tiny_model(timeout_s=60) as url:
         r = httpx.post(
-            f"http://127.0.0.1:{port}/v1/chat/completions",
+            f"{url}/chat/completions",
             timeout=30,
             json={"model": "tiny", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]},
         )
-        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
-    finally:
-        stop(proc)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
 
 
 def test_generation_limits_count_the_same_tokens_for_engine_and_generate():

@@ -456,34 +456,10 @@ def test_llm_explorer_and_abstractor_round_over_http(signal_store, env, scripted
 @pytest.fixture(scope="module")
 def tiny_server():
     """``coevolve serve --model tiny`` as its own process on a free loopback port."""
-    import os
-    import subprocess
-    import sys
-    import time
+    from serve_helpers import served_tiny_model
 
-    import httpx
-
-    from coevolve.processes import free_port, stop
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coevolve.cli", "serve", "--model", "tiny", "--port", str(port), "--threads", "1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.3)
-        if proc.poll() is not None:
-            raise RuntimeError(f"coevolve serve exited: {proc.stderr.read().decode()[-2000:]}")
-    yield f"{url}/v1"
-    stop(proc, timeout_s=20)
+    with served_tiny_model() as url:
+        yield url
 
 
 def test_llm_round_against_a_tiny_local_model_never_crashes(signal_store, env, tiny_server):
