@@ -8,12 +8,22 @@
         stop(server)        # SIGTERM, then SIGKILL if it has not exited within timeout_s
 
 The flows' private Prefect API server and the test harness's servers are stopped this way.
+``usable_cores()`` is what "every core" means for a thread count: the cores this process may
+run on (a container's or ``taskset``'s CPU set), not every core of the machine.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+
+
+def usable_cores() -> int:
+    """The number of cores this process may run on (its CPU affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def free_port() -> int:

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from coevolve.processes import usable_cores
+
 
 def measure_update(
     model_name: str, *, lora: bool, steps: int, batch: int, seq_len: int, seed: int = 0, threads: int = 0
@@ -30,7 +32,6 @@ def measure_update(
     each: ``{"trainer_s", "trainer_bf16_s", "reference_s", "ratio" (reference_s / trainer_s),
     "bf16_speedup" (trainer_s / trainer_bf16_s), "auto" (the precision 'auto' picks here),
     "tokens", "trainable", "threads"}``."""
-    import os
 
     from transformers import AutoModelForCausalLM
 
@@ -40,7 +41,7 @@ def measure_update(
     from coevolve.train.sequences import TokenSequence
 
     before = torch.get_num_threads()
-    torch.set_num_threads(threads or os.cpu_count() or 1)
+    torch.set_num_threads(threads or usable_cores())
     try:
         torch.manual_seed(seed)
         model: Any = AutoModelForCausalLM.from_pretrained(resolve_model(model_name))

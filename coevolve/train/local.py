@@ -29,7 +29,6 @@ at the sampled positions (``coevolve.train.scoring``), on ``logits / temperature
 from __future__ import annotations
 
 import copy
-import os
 import random
 import shutil
 import time
@@ -41,6 +40,7 @@ import torch
 
 from coevolve.policy.base import SamplingParams
 from coevolve.policy.local import generation_dtype
+from coevolve.processes import usable_cores
 from coevolve.registry import resolve
 from coevolve.tasks import Task
 from coevolve.timing import Splits
@@ -329,7 +329,7 @@ def train_local(
     seed = cfg.seed * 1000 + round_no
     torch.manual_seed(seed)
     threads_before = torch.get_num_threads()
-    torch.set_num_threads(t.threads or os.cpu_count() or 1)
+    torch.set_num_threads(t.threads or usable_cores())
     try:
         return _train(store, cfg, run_id, round_no, policy_in, tasks, seed, on_step)
     finally:
