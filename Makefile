@@ -40,8 +40,10 @@ system:
 run: $(STAMP)
 	$(BIN)/coevolve run
 
+# One worker per core (pytest-xdist; each pinned to its core by tests/conftest.py), a test file's
+# tests on one worker (module fixtures start servers once). Plain `pytest` runs serially.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # House tools (configured in pyproject.toml, .sqlfluff): lint, format check, types, SQL.
 lint: $(STAMP)

@@ -15,6 +15,20 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("BFCL_PROJECT_ROOT", os.path.join(os.path.expanduser("~"), ".cache", "coevolve", "bfcl"))
 
 
+def _pin_xdist_worker() -> None:
+    """Under pytest-xdist (``make test`` runs one worker per core), worker N runs on core N only,
+    it and every process it starts: torch then uses one thread per worker instead of two workers
+    each spinning two threads on the same two cores. More workers than cores: no pinning."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if worker.startswith("gw") and 0 < count <= len(cores):
+        os.sched_setaffinity(0, {cores[int(worker[2:]) % count]})
+
+
+_pin_xdist_worker()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
