@@ -366,3 +366,31 @@ def test_synthesized_task_scored_against_its_reference(env):
     wrong = [[{"name": "mkdir", "arguments": {"dir_name": "x"}}], [{"name": "ls", "arguments": {}}]]
     score = replay(env, synth, wrong)[1]
     assert not score.success and score.turn_passed[0] is False
+
+
+def test_a_rendered_set_reads_the_same_under_every_hash_seed():
+    """BFCL's TravelAPI says "Must be one of {valid_classes}" with a Python set, whose order is the
+    process's string-hash order: observations must not depend on PYTHONHASHSEED."""
+    import os
+    import subprocess
+    import sys
+
+    from coevolve.envs.bfcl_dispatch import stable_sets
+
+    script = (
+        "from coevolve.envs.bfcl_dispatch import stable_sets\n"
+        'message = f\'Invalid travel class. Must be one of {set(["economy", "business", "first"])}\'\n'
+        "print(message + '|' + stable_sets(message))\n"
+    )
+    raw, stable = set(), set()
+    for seed in range(6):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        r, s = out.stdout.strip().split("|")
+        raw.add(r)
+        stable.add(s)
+    assert len(raw) > 1, "the hash seeds tried all ordered the set alike: the test shows nothing"
+    assert stable == {"Invalid travel class. Must be one of {'business', 'economy', 'first'}"}
+    # dicts and single members are left as they are
+    assert stable_sets("{'a': 'b', 'c': 'd'}") == "{'a': 'b', 'c': 'd'}"
+    assert stable_sets("one of {'x'}") == "one of {'x'}"

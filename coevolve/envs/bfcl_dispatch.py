@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import decimal
 import json
+import re
 import threading
 from typing import Any
 
@@ -35,6 +36,18 @@ ARG_LIMITS: dict[tuple[str, str], float] = {
 # MathAPI.logarithm sets mpmath's process-wide precision before computing; calls into MathAPI
 # are serialized and mpmath's precision restored, so parallel episodes cannot race on it.
 _MPMATH_LOCK = threading.Lock()
+
+
+# A Python set rendered into a backend's message ("Invalid travel class. Must be one of {'first',
+# 'economy', 'business'}") lists its members in hash order, which changes from process to process
+# (PYTHONHASHSEED): the same call on the same state would read differently in two runs. Their
+# members are sorted, so that an observation depends on the state and the call alone.
+_SET_OF_STRINGS = re.compile(r"\{'[^'{}:]*'(?:, '[^'{}:]*')+\}")
+
+
+def stable_sets(text: str) -> str:
+    """``text`` with every rendered set of two or more strings in sorted order."""
+    return _SET_OF_STRINGS.sub(lambda m: "{" + ", ".join(sorted(re.findall(r"'[^']*'", m.group()))) + "}", text)
 
 
 def format_result(result: Any) -> str:
@@ -117,9 +130,10 @@ class Dispatcher:
             result = self._methods[name](**kwargs)
             # Backends report domain failures as {"error": ...}; surface them in the error field too.
             failed = type(result) is dict and "error" in result
-            return format_result(result), (str(result["error"]) if failed else None)
+            content, error = format_result(result), (str(result["error"]) if failed else None)
         except Exception as exc:  # a backend failure is an observation, never a crash
-            return f"Error during execution: {exc}", f"{type(exc).__name__}: {exc}"
+            content, error = f"Error during execution: {exc}", f"{type(exc).__name__}: {exc}"
+        return stable_sets(content), (stable_sets(error) if error is not None else None)
 
 
 def run_with_timeout(fn: Any, args: tuple, timeout_s: float | None) -> tuple[Any, bool]:
