@@ -18,7 +18,7 @@ compile() {  # compile NAME EXTRAS REQUIREMENT...: resolve pyproject (+ extras) 
   shift 2
   printf '%s\n' "$@" > "$tmp/$name.in"
   # shellcheck disable=SC2086
-  if "$uv" pip compile pyproject.toml $extras "$tmp/$name.in" ${override:+--override "$override"} \
+  if "$uv" pip compile pyproject.toml $extras "$tmp/$name.in" \
     --python-version 3.12 --python-platform x86_64-manylinux_2_28 --index-url https://pypi.org/simple \
     --no-header --no-annotate --quiet -o "$tmp/$name.txt" 2> "$tmp/$name.err"; then
     echo "$name: resolves: $(grep -iE '^(torch|transformers|verl|vllm|prefect|fastapi)==' "$tmp/$name.txt" | tr '\n' ' ')"
@@ -27,7 +27,6 @@ compile() {  # compile NAME EXTRAS REQUIREMENT...: resolve pyproject (+ extras) 
     return 1
   fi
 }
-override=""
 
 echo "== Makefile path: torch==2.13.0 (CPU) first, then the project; pip must keep that torch"
 "$py" -m pip install --dry-run -e '.[dev,verl,fanout,agentdojo]' > "$tmp/make.txt" 2>&1 || { cat "$tmp/make.txt"; exit 1; }
@@ -40,9 +39,6 @@ fi
 echo "== a GPU node: Python 3.12, linux x86_64"
 compile verl-gpu-pins "--extra verl" 'torch==2.11.0' 'transformers==5.9.0'  # verl[vllm]==0.9.1's torch and transformers
 compile cuda-image "" 'torch==2.11.0' 'transformers==5.17.0'                # a CUDA image's stack, local trainer (no verl)
-# vLLM 0.24 caps fastapi <0.137 and Prefect >=3.8 needs >=0.139: the project and vLLM cannot share
-# one environment until one of them moves; reported, not failed. With Prefect <3.8 it resolves.
-compile verl-vllm "--extra verl" 'verl[vllm]==0.9.1' 'vllm==0.24.0' || true
-override="$tmp/prefect37.txt"
-echo 'prefect<3.8' > "$override"
-compile verl-vllm-prefect-3.7 "--extra verl" 'verl[vllm]==0.9.1' 'vllm==0.24.0'
+# vLLM 0.24 caps fastapi <0.137 and Prefect >=3.8 needs >=0.139: beside vLLM the resolver takes
+# Prefect 3.7 (the project's floor, tested: infra/README.md).
+compile verl-vllm "--extra verl" 'verl[vllm]==0.9.1' 'vllm==0.24.0'

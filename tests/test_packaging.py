@@ -28,6 +28,8 @@ DEPS = {r.name: r.specifier for r in map(Requirement, PYPROJECT["project"]["depe
         ("transformers", "5.9.0"),  # verl[vllm]==0.9.1
         ("transformers", "5.10.4"),  # the newest verl 0.9.1 itself accepts (<5.11)
         ("transformers", "5.17.0"),  # the GPU machine's image
+        ("prefect", "3.9.1"),  # what the Makefile installs here
+        ("prefect", "3.7.7"),  # the newest beside vllm 0.24.0 (fastapi <0.137; Prefect 3.8+ needs >=0.139)
     ],
 )
 def test_core_ranges_admit_the_cpu_and_gpu_stacks(name, version):
