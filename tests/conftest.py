@@ -6,9 +6,10 @@ Both are session-scoped: moto's server and the Prefect harness each take seconds
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
+
+from coevolve.processes import free_port
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -27,12 +28,6 @@ def _pin_xdist_worker() -> None:
 
 
 _pin_xdist_worker()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
