@@ -13,6 +13,7 @@ coevolve bench sft                              # first calls before / after a L
 coevolve bench reliability                      # make chaos: kills, concurrency, S3 faults, fuzz
 coevolve bench reliability --kills 3 --fuzz 20000 --scenarios kill,fuzz   # a quick look
 coevolve bench safety                           # attacks refused, legitimate tasks refused with them
+coevolve bench security --fast                  # every probe of issue 29: tried / held / failed
 coevolve bench tasks --store .coevolve/store    # per round, with BFCL-V3's own entries beside
 coevolve bench tasks --store S --no-yardstick --json f.json
 coevolve bench tasks --store S --yardstick-limit 50        # a cheaper yardstick
@@ -322,6 +323,29 @@ def bench_safety(
             f"{name}: round-0 tasks accepted without the general rules: {r['tasks']}; refused by them: "
             f"{r['refused']} (false-refusal rate {r['rate']:.1%}); by rule: {r['by_rule']}"
         )
+
+
+@bench_app.command("security")
+def bench_security(
+    fast: bool = typer.Option(False, "--fast", help="The quick form of every probe (.ci/run)."),
+    areas: str = typer.Option("", "--areas", help="Comma-separated areas only: sql,store,stack,params,serve."),
+    probes: str = typer.Option("", "--probes", help="Comma-separated probe names only."),
+) -> None:
+    """Try every attack and clumsy input of issue 29 on loopback against scratch stores; print
+    tried / held / failed per probe, and exit 1 if any attempt got through."""
+    from coevolve.bench.security import format_table, run_probes
+
+    results = run_probes(
+        fast=fast,
+        areas=[a.strip() for a in areas.split(",") if a.strip()],
+        names=[n.strip() for n in probes.split(",") if n.strip()],
+        log=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
+    )
+    if not results:
+        fail("no probe matches --areas/--probes")
+    print(format_table(results), flush=True)  # plain: never wrapped to the terminal's width
+    if any(r.failed for r in results):
+        raise typer.Exit(1)
 
 
 @bench_app.command("tasks")

@@ -1,0 +1,7 @@
+"""Security probes: params (see coevolve.bench.security)."""
+
+from __future__ import annotations
+
+from coevolve.bench.security import Probe
+
+PROBES: tuple[Probe, ...] = ()

@@ -1,0 +1,7 @@
+"""Security probes: stack (see coevolve.bench.security)."""
+
+from __future__ import annotations
+
+from coevolve.bench.security import Probe
+
+PROBES: tuple[Probe, ...] = ()
