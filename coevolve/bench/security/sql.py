@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from coevolve.bench.security import Probe
+from coevolve.bench.security.probe import Probe
 
 PROBES: tuple[Probe, ...] = ()
