@@ -7,7 +7,8 @@ S3 is read through the store's own pyarrow filesystem registered with DuckDB (ht
 cannot be downloaded offline), so the same credentials and endpoint apply everywhere.
 SQL files that take values use DuckDB named parameters (``$run_id``); ``run_sql_file``
 runs one of them. For notebooks, ``query(store, sql)`` returns a polars DataFrame and
-``scan(store, table)`` a polars LazyFrame over one table.
+``scan(store, table)`` a polars LazyFrame over one table. ``connect(store, read_only=True)``
+with ``check_read_only(sql)`` is the ``coevolve sql`` shell's surface: reads of the store only.
 """
 
 from __future__ import annotations
@@ -32,8 +33,50 @@ def _quote(literal: str) -> str:
     return "'" + literal.replace("'", "''") + "'"
 
 
-def connect(store: Store, memory_limit: str | None = None, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with a view per table over ``store`` (empty tables included)."""
+class ReadOnlyError(ValueError):
+    """A statement given to a read-only connection that is not a read (SELECT or EXPLAIN)."""
+
+
+READ_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
+
+
+def check_read_only(sql: str) -> None:
+    """Raise ``ReadOnlyError`` naming the first statement of ``sql`` that is not a SELECT or EXPLAIN.
+
+    DuckDB parses SHOW, DESCRIBE and SUMMARIZE as SELECTs; COPY, CREATE, INSERT, ATTACH,
+    INSTALL, LOAD, SET and PRAGMA are refused here (their types are named in the message).
+    """
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise ReadOnlyError(f"query failed: {str(exc).splitlines()[0]}") from None
+    for i, statement in enumerate(statements, 1):
+        if statement.type not in READ_STATEMENTS:
+            kind = statement.type.name
+            raise ReadOnlyError(
+                f"statement {i} is {kind}: the SQL shell is read-only over the store (SELECT and EXPLAIN only)"
+            )
+
+
+def _lock(con: duckdb.DuckDBPyConnection, store: Store) -> None:
+    """File access only under the store (its directory or S3 prefix), then the configuration locked."""
+    root = f"s3://{store.root}/" if store.is_s3 else f"{store.root}/"
+    con.execute(f"set allowed_directories = [{_quote(root)}]")
+    con.execute("set enable_external_access = false")
+    con.execute("set autoinstall_known_extensions = false")
+    con.execute("set autoload_known_extensions = false")
+    con.execute("set lock_configuration = true")
+
+
+def connect(
+    store: Store, memory_limit: str | None = None, threads: int | None = None, read_only: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view per table over ``store`` (empty tables included).
+
+    ``read_only`` (the ``coevolve sql`` shell) limits file access to the store's files and locks
+    the configuration once the views are made; pass every statement through ``check_read_only``
+    too, as the locked connection would still COPY into the store itself.
+    """
     # spill files go to the system temp dir, not into whatever directory we run from
     config: dict[str, Any] = {"temp_directory": str(Path(tempfile.gettempdir()) / "coevolve-duckdb")}
     if memory_limit:
@@ -65,6 +108,8 @@ def connect(store: Store, memory_limit: str | None = None, threads: int | None =
             )
         else:
             con.execute(f"create or replace view {table} as select * from _{table}_empty")
+    if read_only:
+        _lock(con, store)
     return con
 
 

@@ -104,7 +104,7 @@ def sql(
     """Run a SQL query (or a query file) over the store and print the result."""
     import duckdb
 
-    from coevolve.sql import connect
+    from coevolve.sql import ReadOnlyError, check_read_only, connect
 
     if (query is None) == (file is None):
         fail("give either a query or --file FILE (e.g. --file sql/reports/pool_growth.sql)")
@@ -114,12 +114,16 @@ def sql(
         query = file.read_text()
     # "key=" is the empty string (YAML would read it as null, which matches nothing in SQL)
     params = {k: "" if v is None else v for k, v in parse_sets(param).items()}
+    try:
+        check_read_only(query)
+    except ReadOnlyError as exc:
+        fail(str(exc))
     st = open_store_or_fail(store)
-    con = connect(st)
+    con = connect(st, read_only=True)
     try:
         result = con.sql(query, params=params or None)
     except duckdb.Error as exc:
-        fail(f"query failed: {exc}")
+        fail(f"query failed: {' '.join(str(exc).split())}")
     if result is None:  # a statement without a result set
         return
     table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.arrow()
