@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(BIN)/coevolve bench train --model tiny --steps 2 --no-whole-step
 	$(BIN)/coevolve bench sft --model tiny --steps 2 --train 2 --heldout 2
 	$(BIN)/coevolve bench safety
+	$(BIN)/coevolve bench security --fast
 	$(BIN)/coevolve bench reliability --scenarios concurrent-local,concurrent-s3,fuzz --procs 2 --commits 2 --fuzz 20000
 
 # The fault campaign (kills, concurrent commits, S3 faults, fuzz): long on 2 cores; size it with ARGS,
