@@ -124,3 +124,18 @@ def test_the_command_takes_its_key_from_the_environment():
         assert httpx.post(f"{url}/chat/completions", json=body, timeout=30).status_code == 401
         ok = httpx.post(f"{url}/chat/completions", json=body, timeout=30, headers={"Authorization": f"Bearer {KEY}"})
         assert ok.status_code == 200
+
+
+def test_a_conversation_the_chat_template_refuses_is_a_400(open_server, monkeypatch):
+    from jinja2 import TemplateError
+
+    from coevolve.bench.security.serve import tiny_policy
+
+    def refuse(*args, **kwargs):
+        raise TemplateError("Conversation roles must alternate user/assistant/user/assistant/...")
+
+    monkeypatch.setattr(tiny_policy().tokenizer, "apply_chat_template", refuse)
+    r = _chat(open_server, {"messages": HI + HI, "max_tokens": 2})
+    assert r.status_code == 400 and "roles must alternate" in r.json()["error"]["message"], r.text
+    monkeypatch.undo()
+    assert _chat(open_server, {"messages": HI, "max_tokens": 2}).status_code == 200

@@ -257,7 +257,8 @@ class OpenAIPolicy(StreamingPolicy):
             if status == 400 and "context" in text.lower():
                 return None
             raise EndpointError(f"{self._url} refused the request: HTTP {status} {text}")
-        raise EndpointError(f"{self._url} failed after {self.max_retries + 1} attempts; last: {last}")
+        tries = self.max_retries + 1
+        raise EndpointError(f"{self._url} failed after {tries} attempt{'s' if tries > 1 else ''}; last: {last}")
 
     def _attempt(self, body: dict[str, Any]) -> tuple[int, bytes]:
         """One POST within ``cfg.timeout_s`` in all: its status and at most ``max_reply_bytes``
