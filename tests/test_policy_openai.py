@@ -240,3 +240,39 @@ def test_a_reply_that_is_not_a_completion_is_a_clear_error():
     for reply in (httpx.Response(200, text="<html>login</html>"), httpx.Response(200, json={"data": []})):
         with pytest.raises(EndpointError, match="not a chat completion"):
             _policy(lambda r, reply=reply: reply).chat([[{"role": "user", "content": "x"}]], [[]], SamplingParams())
+
+
+def test_the_environments_proxy_is_still_used_and_still_bounded(monkeypatch):
+    """Our transport replaces httpx's default one, which read HTTP_PROXY: the proxy is still
+    honoured (NO_PROXY too), and the deadline holds through it."""
+    from coevolve.bench.security.serve import _ask, _client, completion, raw_server, trickle_body
+
+    for name in (
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+        "no_proxy",
+        "NO_PROXY",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    lines = []
+
+    def proxy(conn, head, stop):
+        lines.append(head.split("\r\n")[0])
+        conn.sendall(completion("via proxy"))
+
+    with raw_server(proxy) as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
+        out, _ = _ask(_client("http://endpoint.example/v1"))
+        assert out == "ok: via proxy" and lines == ["POST http://endpoint.example/v1/chat/completions HTTP/1.1"]
+        monkeypatch.setenv("NO_PROXY", "endpoint.example")
+        out, _ = _ask(_client("http://endpoint.example/v1", timeout_s=2.0))
+        assert "EndpointError" in out and len(lines) == 1, out  # bypassed: the name does not resolve
+    monkeypatch.delenv("NO_PROXY")
+    with raw_server(trickle_body) as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
+        out, seconds = _ask(_client("http://endpoint.example/v1", timeout_s=1.0))
+    assert seconds < 1.6 and "total deadline of 1 s passed" in out, (seconds, out)

@@ -137,17 +137,32 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def _deadline_transport(limits: httpx.Limits) -> httpx.HTTPTransport:
-    """httpx's transport over ``_DeadlineBackend`` (httpx takes no network backend as an
-    argument, so its connection pool is replaced by one built the same way with it)."""
-    transport = httpx.HTTPTransport(limits=limits)
-    transport._pool = httpcore.ConnectionPool(
-        ssl_context=httpx.create_ssl_context(),
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        network_backend=_DeadlineBackend(),
-    )
+def _env_proxy(base_url: str) -> str | None:
+    """The proxy the environment names for ``base_url`` (``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``,
+    minus ``NO_PROXY``), as httpx would use it had it been given no transport of ours."""
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    url = urlsplit(base_url)
+    if not url.hostname or urllib.request.proxy_bypass(url.hostname):
+        return None
+    proxies = urllib.request.getproxies()
+    return proxies.get(url.scheme) or proxies.get("all") or None
+
+
+def _deadline_transport(base_url: str, limits: httpx.Limits) -> httpx.HTTPTransport:
+    """httpx's transport (through the environment's proxy, if any) whose sockets are
+    ``_DeadlineBackend``'s. httpx takes no network backend as an argument, so the one of its
+    httpcore pool is swapped; an httpcore without one is an error here, not a silent per-read
+    timeout."""
+    transport = httpx.HTTPTransport(limits=limits, proxy=_env_proxy(base_url))
+    pool = transport._pool
+    if not hasattr(pool, "_network_backend"):
+        raise RuntimeError(
+            f"httpcore {httpcore.__version__} has no pluggable network backend: the OpenAI client's total "
+            "deadline cannot be enforced; install httpcore 1.x (the version httpx 0.27/0.28 require)"
+        )
+    pool._network_backend = _DeadlineBackend()
     return transport
 
 
@@ -187,7 +202,7 @@ class OpenAIPolicy(StreamingPolicy):
             base_url=cfg.base_url.rstrip("/"),
             timeout=cfg.timeout_s,
             limits=limits,
-            transport=transport or _deadline_transport(limits),
+            transport=transport or _deadline_transport(cfg.base_url, limits),
             follow_redirects=False,
         )
         self._counter = TokenCounter.estimate()
