@@ -139,3 +139,13 @@ def test_a_conversation_the_chat_template_refuses_is_a_400(open_server, monkeypa
     assert r.status_code == 400 and "roles must alternate" in r.json()["error"]["message"], r.text
     monkeypatch.undo()
     assert _chat(open_server, {"messages": HI, "max_tokens": 2}).status_code == 200
+
+
+def test_the_serve_probes_hold_in_their_fast_form():
+    """What .ci/run runs: ``coevolve bench security --areas serve --fast``, every attempt held."""
+    from coevolve.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "security", "--areas", "serve", "--fast"])
+    assert result.exit_code == 0, result.output
+    total = [line.split() for line in result.output.splitlines() if line.startswith("all ")]
+    assert total and total[-1][1] == "6" and total[-1][2] == total[-1][3] and total[-1][4] == "0", result.output

@@ -18,7 +18,8 @@ request forever; here every socket operation is given only what is left of the d
 (``_DeadlineBackend``). A reply is read as a stream and refused once it passes
 ``max_reply_bytes`` (a ``Content-Length`` over it is refused before the body is read), so a
 hostile or broken endpoint cannot fill memory. The API key travels only to ``cfg.base_url``:
-it is added to each request the client sends there, and redirects are never followed.
+it is added to each request the client sends there, and redirects are never followed. The
+environment's proxy settings are honoured as httpx's default transport would.
 """
 
 from __future__ import annotations
