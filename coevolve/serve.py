@@ -41,10 +41,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jinja2 import TemplateError
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
@@ -185,7 +185,7 @@ class Batcher:
 
 
 def _error(status: int, message: str, code: str = "invalid_request_error", **headers: str) -> Any:
-    kind = {401: "authentication_error", 413: "invalid_request_error"}.get(status, "invalid_request_error")
+    kind = "authentication_error" if status == 401 else "invalid_request_error"
     return JSONResponse(
         status_code=status,
         content={"error": {"message": message, "type": kind, "code": code}},
@@ -206,10 +206,6 @@ def _field_errors(exc: RequestValidationError) -> str:
         parts.append(f"{where}: {err.get('msg')}{shown}")
     more = len(exc.errors()) - 5
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
-
-
-class _TooLarge(HTTPException):
-    pass
 
 
 class Gate:
@@ -252,7 +248,7 @@ class Gate:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:  # a chunked body, counted as it arrives
-                    raise _TooLarge(413, f"the body is over {limit} bytes, the most this server accepts")
+                    raise HTTPException(413, f"the body is over {limit} bytes, the most this server accepts")
             return message
 
         await self.app(scope, counted, send)
@@ -329,13 +325,9 @@ def create_app(
         max_tokens = req.max_tokens or req.max_completion_tokens or min(DEFAULT_MAX_TOKENS, limit)
         if max_tokens > limit:
             return _error(400, f"max_tokens: {max_tokens} is more than this server allows ({limit})")
-        try:
+        try:  # a chat template may refuse a conversation (roles out of order, ...): the client's fault
             ids = await on_tokenizer(encode, req)
-        except (
-            TemplateError,
-            ValueError,
-            TypeError,
-        ) as exc:  # the chat template refused the conversation (roles out of order, ...)
+        except (TemplateError, ValueError, TypeError) as exc:
             return _error(400, f"messages: the chat template refused them: {type(exc).__name__}: {str(exc)[:200]}")
         if len(ids) + max_tokens > policy.max_context_tokens:
             return _error(
@@ -347,7 +339,7 @@ def create_app(
         sampling = SamplingParams(temperature=req.temperature, top_p=req.top_p, max_new_tokens=max_tokens)
         seed = req.seed if req.seed is not None else random.getrandbits(31)
         out_ids, finish = await asyncio.wrap_future(batcher.submit(ids, sampling, seed))
-        text = await on_tokenizer(policy.answer_text, list(out_ids))
+        text = await on_tokenizer(policy.answer_text, out_ids)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
