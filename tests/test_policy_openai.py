@@ -276,3 +276,10 @@ def test_the_environments_proxy_is_still_used_and_still_bounded(monkeypatch):
         monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
         out, seconds = _ask(_client("http://endpoint.example/v1", timeout_s=1.0))
     assert seconds < 1.6 and "total deadline of 1 s passed" in out, (seconds, out)
+
+
+def test_a_deadline_that_is_not_a_positive_number_is_refused():
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        cfg = PolicyConfig(backend="openai", base_url="http://endpoint/v1", model="m", timeout_s=bad)
+        with pytest.raises(ValueError, match="policy.timeout_s must be a positive number"):
+            OpenAIPolicy(cfg)

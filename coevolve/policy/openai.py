@@ -25,6 +25,7 @@ environment's proxy settings are honoured as httpx's default transport would.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import threading
@@ -192,8 +193,10 @@ class OpenAIPolicy(StreamingPolicy):
         self.version = self.model_id
         self.max_retries = max_retries
         self.backoff_s = backoff_s
-        if cfg.timeout_s <= 0:
-            raise ValueError(f"policy.timeout_s must be positive, not {cfg.timeout_s}")
+        if not 0 < cfg.timeout_s < math.inf:  # NaN fails too
+            raise ValueError(f"policy.timeout_s must be a positive number of seconds, not {cfg.timeout_s}")
+        if max_reply_bytes < 1:
+            raise ValueError(f"max_reply_bytes must be at least 1, not {max_reply_bytes}")
         self.max_reply_bytes = max_reply_bytes
         key = os.environ.get(cfg.api_key_env, "")
         # sent with each request to base_url only (never a client default a redirect could carry)
