@@ -1,5 +1,6 @@
 """``coevolve serve --model tiny`` as its own process on a free loopback port, up (or the test
-fails with the end of its log) and stopped afterwards: what the server and LLM-stage tests share."""
+fails with the end of its log) and stopped afterwards: what the server and LLM-stage tests share.
+With ``api_key`` the server requires it, given the way an operator should: COEVOLVE_SERVE_API_KEY."""
 
 from __future__ import annotations
 
@@ -16,14 +17,17 @@ from coevolve.processes import free_port, stop
 
 
 @contextlib.contextmanager
-def served_tiny_model(timeout_s: float = 90) -> Iterator[str]:
+def served_tiny_model(timeout_s: float = 90, api_key: str | None = None) -> Iterator[str]:
     """Yields the server's OpenAI-compatible base URL (``http://127.0.0.1:<port>/v1``)."""
     port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "COEVOLVE_SERVE_API_KEY"}
+    if api_key:
+        env["COEVOLVE_SERVE_API_KEY"] = api_key
     proc = subprocess.Popen(
         [sys.executable, "-m", "coevolve.cli", "serve", "--model", "tiny", "--port", str(port), "--threads", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**env, "PYTHONUNBUFFERED": "1"},
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -179,3 +179,107 @@ def test_server_answers_short_requests_while_a_long_one_generates(server):
         assert len(ids) <= 3 and long.result(timeout=60) == tuple(local.generate([[5, 6, 7, 8] * 8], greedy, [0])[0])
     finally:
         batcher.close()
+
+
+# --------------------------------------------------------------------------- hostile endpoints (issue 29)
+def test_a_trickling_server_cannot_stretch_the_deadline():
+    """timeout_s bounds the whole attempt: a byte every 0.2 s for 6 s (no read ever waits a
+    second) ends at 1 s, whether the body or the headers trickle."""
+    from coevolve.bench.security.serve import _ask, _client, raw_server, trickle_body, trickle_head
+
+    for handler in (trickle_body, trickle_head):
+        with raw_server(handler) as url:
+            out, seconds = _ask(_client(url, timeout_s=1.0))
+        assert seconds < 1.6 and "total deadline of 1 s passed" in out, (handler.__name__, seconds, out)
+    with raw_server(trickle_body) as url:  # each retry has its own deadline, no more
+        out, seconds = _ask(_client(url, timeout_s=0.5, retries=2))
+    assert seconds < 2.2 and "after 3 attempts" in out, (seconds, out)
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_a_huge_reply_is_refused_with_memory_bounded(declared):
+    import functools
+    import tracemalloc
+
+    from coevolve.bench.security import serve as probes
+
+    cap = 1 << 20
+    probes.SENT[0] = 0
+    with probes.raw_server(functools.partial(probes.huge_reply, declared=declared)) as url:
+        tracemalloc.start()
+        try:
+            out, _ = probes._ask(probes._client(url, timeout_s=30.0, max_reply_bytes=cap))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert "EndpointError" in out and "capped at 1048576 bytes" in out, out
+    assert peak < 4 * cap and probes.SENT[0] < probes.HUGE_REPLY // 10, (peak, probes.SENT[0])
+
+
+def test_the_key_goes_to_base_url_only(monkeypatch):
+    """Sent to the configured endpoint; a redirect elsewhere is not followed, so never leaks it."""
+    from coevolve.bench.security.serve import _key_stays_home
+
+    (attempt,) = list(_key_stays_home())
+    assert attempt.held, attempt.detail
+    seen = []
+    monkeypatch.setenv("TEST_ENDPOINT_API_KEY", "k-123")
+
+    def handler(request):
+        seen.append(request)
+        return _ok()
+
+    cfg = PolicyConfig(backend="openai", base_url="http://endpoint/v1", model="m", api_key_env="TEST_ENDPOINT_API_KEY")
+    OpenAIPolicy(cfg, transport=httpx.MockTransport(handler)).chat(
+        [[{"role": "user", "content": "x"}]], [[]], SamplingParams()
+    )
+    assert seen[0].headers["authorization"] == "Bearer k-123" and seen[0].url.host == "endpoint"
+
+
+def test_a_reply_that_is_not_a_completion_is_a_clear_error():
+    for reply in (httpx.Response(200, text="<html>login</html>"), httpx.Response(200, json={"data": []})):
+        with pytest.raises(EndpointError, match="not a chat completion"):
+            _policy(lambda r, reply=reply: reply).chat([[{"role": "user", "content": "x"}]], [[]], SamplingParams())
+
+
+def test_the_environments_proxy_is_still_used_and_still_bounded(monkeypatch):
+    """Our transport replaces httpx's default one, which read HTTP_PROXY: the proxy is still
+    honoured (NO_PROXY too), and the deadline holds through it."""
+    from coevolve.bench.security.serve import _ask, _client, completion, raw_server, trickle_body
+
+    for name in (
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+        "no_proxy",
+        "NO_PROXY",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    lines = []
+
+    def proxy(conn, head, stop):
+        lines.append(head.split("\r\n")[0])
+        conn.sendall(completion("via proxy"))
+
+    with raw_server(proxy) as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
+        out, _ = _ask(_client("http://endpoint.example/v1"))
+        assert out == "ok: via proxy" and lines == ["POST http://endpoint.example/v1/chat/completions HTTP/1.1"]
+        monkeypatch.setenv("NO_PROXY", "endpoint.example")
+        out, _ = _ask(_client("http://endpoint.example/v1", timeout_s=2.0))
+        assert "EndpointError" in out and len(lines) == 1, out  # bypassed: the name does not resolve
+    monkeypatch.delenv("NO_PROXY")
+    with raw_server(trickle_body) as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
+        out, seconds = _ask(_client("http://endpoint.example/v1", timeout_s=1.0))
+    assert seconds < 1.6 and "total deadline of 1 s passed" in out, (seconds, out)
+
+
+def test_a_deadline_that_is_not_a_positive_number_is_refused():
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        cfg = PolicyConfig(backend="openai", base_url="http://endpoint/v1", model="m", timeout_s=bad)
+        with pytest.raises(ValueError, match="policy.timeout_s must be a positive number"):
+            OpenAIPolicy(cfg)
