@@ -227,6 +227,19 @@ def test_every_training_setting_reaches_verl(tmp_path, tasks):
     assert actor.ppo_micro_batch_size_per_gpu == 2
     assert c.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu == 2
     assert c.trainer.total_training_steps == 5
+    # every train setting is mapped to verl paths that exist, or says what becomes of it
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from coevolve.config import TrainConfig
+    from coevolve.train.verl_config import OTHER_SETTINGS, SETTING_PATHS
+
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert fields == set(SETTING_PATHS) | set(OTHER_SETTINGS), fields ^ (set(SETTING_PATHS) | set(OTHER_SETTINGS))
+    for name, paths in SETTING_PATHS.items():
+        for path in paths:
+            assert OmegaConf.select(c, path, default="missing") != "missing", (name, path)
     # a schedule verl does not have is refused with what to change
     with pytest.raises(ValueError, match="train.lr_scheduler 'linear' has no verl counterpart"):
         _overrides(_cfg(tmp_path, **{"train.lr_scheduler": "linear"}), tmp_path, tasks)

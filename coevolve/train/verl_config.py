@@ -61,6 +61,27 @@ SETTING_PATHS: dict[str, tuple[str, ...]] = {
     "steps": ("trainer.total_training_steps", "trainer.save_freq"),
 }
 
+# the other train.<field>s, and what becomes of them on the verl path
+OTHER_SETTINGS: dict[str, str] = {
+    "backend": "chooses this trainer",
+    "checkpoint_dir": "where the merged checkpoint and (on one machine) the round's verl files go",
+    "lora": "actor_rollout_ref.model.lora_rank is lora_r, or 0 (full fine-tuning)",
+    "sft_steps": "coevolve's SFT warm start before a verl round from the base model (verl_launch.warm_start)",
+    "sft_lr": "the SFT warm start's",
+    "sft_batch_size": "the SFT warm start's",
+    "warm_start_cache": "the SFT warm start's",
+    "threads": "the local trainer's torch threads (verl's workers use the GPUs)",
+    "share_prefix": "the local trainer's prompt sharing (verl packs sequences itself)",
+    "precision": "the local trainer's autocast (verl's FSDP actor computes in bfloat16)",
+    "max_seq_tokens": "the local trainer's cut (verl bounds a sequence by data.max_prompt/response_length)",
+    "verl_overrides": "appended last: any verl setting",
+    "verl_ray_address": "where the job is submitted",
+    "verl_gpus_per_node": "trainer.n_gpus_per_node",
+    "verl_nodes": "trainer.nnodes",
+    "verl_attention": "the actor's attention kernel (attention_overrides)",
+    "verl_shared_dir": "the round's files on a Ray cluster (verl_launch.check_shared_storage)",
+}
+
 # coevolve's LR schedules -> verl's two (verl's optimizer config accepts "constant" and "cosine")
 _SCHEDULES = {"constant": "constant", "constant_with_warmup": "constant", "cosine": "cosine"}
 

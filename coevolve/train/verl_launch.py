@@ -189,11 +189,16 @@ def fold_lora(target: str, on_line: Callable[[str], None] = print) -> bool:
     adapter = Path(target) / "lora_adapter"
     if not (adapter / "adapter_config.json").is_file():
         return False
+    import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    base = AutoModelForCausalLM.from_pretrained(target, dtype="auto")
-    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    saved_dtype = getattr(AutoConfig.from_pretrained(target), "dtype", None) or torch.bfloat16
+    if isinstance(saved_dtype, str):  # a config may name it ("bfloat16")
+        saved_dtype = getattr(torch, saved_dtype)
+    # merge W + (alpha/r) B A in float32, then store in the dtype verl's merger saved the weights in
+    base = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload().to(saved_dtype)
     tmp = Path(f"{target}.folded")
     shutil.rmtree(tmp, ignore_errors=True)
     merged.save_pretrained(tmp)
@@ -267,6 +272,10 @@ def step_metrics(path: str | Path, *, run_id: str, steps_per_epoch: int) -> list
 def warm_start(cfg: Any, round_no: int, tasks: list[Task], out: str, on_line: Callable[[str], None]) -> str:
     """coevolve's SFT warm start of ``cfg.policy.model`` on ``tasks``' reference trajectories
     (the local trainer's, cached the same way), saved as a Hugging Face directory at ``out``."""
+    import gc
+
+    import torch
+
     from coevolve.policy import load_policy
     from coevolve.registry import resolve
     from coevolve.train.local import _warm_start, attach_lora, save_checkpoint
@@ -282,7 +291,12 @@ def warm_start(cfg: Any, round_no: int, tasks: list[Task], out: str, on_line: Ca
     model = attach_lora(policy.model, t.lora_r, t.lora_alpha) if t.lora else policy.model
     env = resolve("environment", cfg.env.name)()
     _warm_start(policy, model, env, tasks, cfg, cfg.seed * 1000 + round_no)
-    return save_checkpoint(model, policy.tokenizer, out)
+    path = save_checkpoint(model, policy.tokenizer, out)
+    del policy, model
+    gc.collect()
+    if torch.cuda.is_available():  # hand the GPU memory back before vLLM and FSDP claim theirs
+        torch.cuda.empty_cache()
+    return path
 
 
 def round_metrics(store: Any, run_id: str, round_no: int) -> tuple[int, float, float]:
