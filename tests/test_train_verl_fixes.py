@@ -395,6 +395,9 @@ def test_cluster_launch_requires_shared_storage(tmp_path, tasks, monkeypatch):
     assert Path(runtime["working_dir"], "coevolve", "train", "verl_agent_loop.py").is_file()
     assert runtime["env_vars"]["VERL_FILE_LOGGER_PATH"].startswith(str(shared))
     assert not any("SECRET" in k or "KEY" in k for k in runtime["env_vars"])  # credentials stay on the cluster
+    # on one machine the printed command is complete: the metrics file's variable leads it
+    local = prepare(_cfg(tmp_path), "v", 1, "tiny", tasks)
+    assert local.command[:2] == ["env", f"VERL_FILE_LOGGER_PATH={local.workdir}/metrics.jsonl"]
 
 
 def test_kuberay_files_mount_the_shared_volume():

@@ -56,7 +56,6 @@ def train(
         typer.echo(f"# files: {plan.workdir}")
         for note in plan.notes:  # choices made at launch (attention kernel, copies to shared storage)
             typer.echo(f"# {note}")
-        typer.echo("# env: " + " ".join(f"{k}={v}" for k, v in plan.env.items()))
         typer.echo(f"# launch command:\n{format_command(plan.command)}")
         return
     from coevolve.train import train_round

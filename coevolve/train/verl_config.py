@@ -258,11 +258,13 @@ def launch_command(
 ) -> list[str]:
     """The argv that runs verl's trainer: locally, or as a Ray job on ``ray_address``.
 
-    A Ray job carries a runtime env: ``working_dir`` (default: the directory holding the
-    ``coevolve`` package, so every node runs the submitted code) and ``env`` (variables the job
-    needs, such as ``VERL_FILE_LOGGER_PATH``; never credentials: the cluster's nodes have those)."""
+    ``env``: variables the run needs, such as ``VERL_FILE_LOGGER_PATH`` (never credentials: the
+    cluster's nodes have those). Locally they lead the command (``env K=V python -m ...``, so the
+    printed line is complete); a Ray job carries them in its runtime env, with ``working_dir``
+    (default: the directory holding the ``coevolve`` package, so every node runs the submitted code)."""
     if not ray_address:
-        return [python or sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+        prefix = ["env", *(f"{k}={v}" for k, v in (env or {}).items())] if env else []
+        return [*prefix, python or sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     # on the cluster, the job's own interpreter (the image's), not this machine's path
     main = [python or "python", "-m", "verl.trainer.main_ppo", *overrides]
     root = working_dir or str(Path(__file__).resolve().parents[2])

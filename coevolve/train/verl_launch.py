@@ -343,7 +343,7 @@ def train_verl(
     store.delete_parts("train_steps", round_no, f"{run_id}-train-verl")
     Path(plan.metrics_file).unlink(missing_ok=True)
     on_line(f"launching: {format_command(plan.command)}")
-    stream(plan.command, on_line, env=plan.env)
+    stream(plan.command, on_line)  # the command carries plan.env (locally as `env K=V ...`, or the job's runtime env)
     target = merge_checkpoint(plan.workdir, max(cfg.train.steps, 1), checkpoint_path(cfg, run_id, round_no), on_line)
     if Path(plan.metrics_file).is_file():
         steps_per_epoch = int(plan.config.coevolve.steps_per_epoch)
