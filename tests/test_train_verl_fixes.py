@@ -276,7 +276,7 @@ def test_verl_round_warm_starts_before_launch(tmp_path, tasks, monkeypatch):
 
 
 # --------------------------------------------------------------------------- 5. rollout grain, train_steps
-def test_rollout_rows_take_verls_step_and_session(tmp_path, tasks):
+def test_rollout_rows_take_verls_step_and_session(tmp_path, tasks, monkeypatch):
     """verl's V1 trainer hands each sample ``global_steps`` and its ``session_id``: rows carry
     them as train_step and sample_idx, and the epoch follows from the step the same way on every
     worker; concurrent episodes of a worker share a Parquet part."""
@@ -329,9 +329,21 @@ def test_rollout_rows_take_verls_step_and_session(tmp_path, tasks):
             )
         )
 
+    import threading
+
+    writers: list[str] = []
+    write = Store.write
+
+    def recording_write(self, table, *args, **kwargs):
+        writers.append(threading.current_thread().name)
+        return write(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "write", recording_write)
     asyncio.run(together())
     parts = list(store_dir.rglob("*.parquet"))
     assert len(parts) == 1 and "-s0001-" in parts[0].name, parts
+    # written by an executor thread, never on the event loop's (main) thread
+    assert writers and threading.main_thread().name not in writers
 
 
 def test_verl_metrics_become_train_steps(tmp_path, monkeypatch):
