@@ -191,12 +191,30 @@ class TrainConfig:
     verl_ray_address: str = _help("Ray cluster address for 'ray job submit' (empty = run locally).", "")
     verl_gpus_per_node: int = _help("GPUs per node for verl.", 8)
     verl_nodes: int = _help("Nodes for verl.", 1)
+    verl_attention: str = _help(
+        "Attention kernel of verl's FSDP actor: 'auto' (flash_attention_2 when flash_attn is installed "
+        "where the launch is prepared, else torch's sdpa with remove-padding off; logged at launch), "
+        "'flash_attention_2' or 'sdpa'. The GPU image has no flash-attn (infra/README.md).",
+        "auto",
+    )
+    verl_shared_dir: str = _help(
+        "A directory mounted at the same path on every Ray node and on the launching machine (the "
+        "KubeRay files mount one at /mnt/coevolve). Required when verl runs on a Ray cluster "
+        "(train.verl_ray_address, train.verl_nodes > 1, or inside a Ray job): the round's dataset, "
+        "agent-loop YAML, verl's checkpoints and metrics go under it, and a local store must be "
+        "under it too (or use an s3:// store). Empty on one machine.",
+        "",
+    )
 
     def validate(self) -> None:
         if self.steps < 0 or self.sft_steps < 0:
             raise ConfigError("train.steps and train.sft_steps must be >= 0")
         if self.group_size < 2 and self.steps > 0:
             raise ConfigError("train.group_size must be >= 2: GRPO normalizes rewards within a group")
+        if self.verl_attention not in ("auto", "flash_attention_2", "sdpa"):
+            raise ConfigError(
+                f"train.verl_attention must be 'auto', 'flash_attention_2' or 'sdpa', not {self.verl_attention!r}"
+            )
         if self.ppo_epochs < 1 or self.threads < 0:
             raise ConfigError("train.ppo_epochs must be >= 1 and train.threads >= 0")
         if self.precision not in ("auto", "float32", "bfloat16"):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Do the project's dependency ranges admit a GPU image's stack, and does the Makefile path keep
-# the CPU torch wheel? A resolution check only: nothing is installed, no CUDA wheel is downloaded
-# (uv reads wheel metadata from PyPI).
+# Do the project's dependency ranges admit a GPU image's stack, does the GPU image's requirement
+# set (infra/requirements-gpu.txt, installed by infra/worker-gpu.Dockerfile in one step) resolve in
+# one step, and does the Makefile path keep the CPU torch wheel? A resolution check only: nothing
+# is installed, no CUDA wheel is downloaded (uv reads wheel metadata from PyPI).
 #   infra/check-gpu-deps.sh [VENV_PYTHON]    # default: .venv/bin/python (what `make` builds)
 # Needs uv (UV=/path/to/uv; e.g. python -m venv /tmp/uvenv && /tmp/uvenv/bin/pip install uv)
 # and PyPI. Exits non-zero when a check that must resolve does not. Results: infra/README.md.
@@ -42,3 +43,14 @@ compile cuda-image "" 'torch==2.11.0' 'transformers==5.17.0'                # a 
 # vLLM 0.24 caps fastapi <0.137 and Prefect >=3.8 needs >=0.139: beside vLLM the resolver takes
 # Prefect 3.7 (the project's floor, tested: infra/README.md).
 compile verl-vllm "--extra verl" 'verl[vllm]==0.9.1' 'vllm==0.24.0'
+
+echo "== the GPU image's requirement set in one resolve (infra/requirements-gpu.txt, Python 3.12)"
+if "$uv" pip compile infra/requirements-gpu.txt \
+  --python-version 3.12 --python-platform x86_64-manylinux_2_28 --index-url https://pypi.org/simple \
+  --no-header --no-annotate --quiet -o "$tmp/image.txt" 2> "$tmp/image.err"; then
+  echo "image: resolves, $(grep -c '==' "$tmp/image.txt") packages: $(grep -iE '^(torch|vllm|transformers|flash-attn|verl|transferqueue|nvidia-cuda-runtime|prefect)==' "$tmp/image.txt" | tr '\n' ' ')"
+  grep -qiE '^flash-attn==' "$tmp/image.txt" || echo "image: flash-attn not in the set (verl's actor falls back to sdpa at launch)"
+else
+  echo "image: does not resolve: $(grep -m1 -o 'Because.*' "$tmp/image.err")"
+  exit 1
+fi

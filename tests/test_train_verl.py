@@ -69,7 +69,10 @@ def test_composed_config_passes_verl_validation(setup):
     assert config.data.train_batch_size == 2 and config.trainer.n_gpus_per_node == 2
     assert config.coevolve.env == "test-pick"
     line = format_command(launch_command(overrides, "http://head:8265"))
-    assert line.startswith("ray job submit --address=http://head:8265 -- ") and "verl.trainer.main_ppo" in line
+    assert (
+        line.startswith("ray job submit --address=http://head:8265 '--runtime-env-json=")
+        and "verl.trainer.main_ppo" in line
+    )
     with pytest.raises(AssertionError, match="real_train_batch_size"):  # verl's validator is consulted:
         compose_config(overrides + ["trainer.n_gpus_per_node=3"])  # 2 tasks x 4 samples do not split over 3 GPUs
 

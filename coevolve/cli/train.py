@@ -54,6 +54,8 @@ def train(
         # plain echo: the command must stay one pasteable line, unwrapped
         typer.echo(plan.yaml)
         typer.echo(f"# files: {plan.workdir}")
+        for note in plan.notes:  # choices made at launch (attention kernel, copies to shared storage)
+            typer.echo(f"# {note}")
         typer.echo(f"# launch command:\n{format_command(plan.command)}")
         return
     from coevolve.train import train_round

@@ -20,18 +20,38 @@ token for token what verl trains on:
   with the same columns as the local trainer's rows, each message's prompt and sampled ids
   (and log-probs) on its first row, ``finish_reason = 'length'`` when the budget cut it.
 
-verl does not hand the trainer's global step to agent loops, so ``train_step`` stays null;
-``epoch`` counts how often this worker has run the task, ``sample_idx`` its sample within that.
+The rows have the local trainer's grain. verl 0.9's V1 trainer (``agent_loop_tq.py``) runs the
+``n`` samples of a task as sessions ``0..n-1`` and hands each its ``session_id`` and the
+trainer's ``global_steps``: ``train_step`` is that step (1-based, as the local trainer's),
+``sample_idx`` the session, and ``epoch`` the pass over the round's tasks the step belongs to,
+``(train_step - 1) // steps_per_epoch`` as verl's dataloader counts it (the same on every worker).
+Rows are buffered per worker process and written off the event loop, a few parts per step
+(episodes that end within ``coevolve.flush_seconds`` of each other share one part); an episode
+returns only once its rows are written.
+
+A first prompt longer than ``rollout.prompt_length`` fails the episode (reward 0, nothing
+generated, the reason in the row's ``error``) instead of verl's cut from the left, which
+would drop the system message and the tool block. A model whose ``model_type`` verl has no
+token builder for but whose chat template is ChatML (SmolLM2 is a ``llama``) gets verl's
+Qwen (ChatML) builder, which keeps the newline after ``<|im_end|>`` the template writes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import socket
+import threading
 import uuid
 from collections import Counter
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.utils.tokenizer.continuous_token_wiring import (
+    create_continuous_token_builder,
+    get_continuous_token_builder_class,
+)
 
 from coevolve.types import ToolCall
 from coevolve.policy.parsing import parse_tool_calls
@@ -48,15 +68,88 @@ def _name(tool: dict[str, Any]) -> str:
     return tool.get("function", tool).get("name", "")
 
 
+class PromptTooLong(ValueError):
+    """The first prompt (system message, tool block, first user message) exceeds the budget."""
+
+
+def chat_family(tokenizer: Any, hf_model_type: str | None) -> str:
+    """The Continuous Token builder family for this tokenizer: verl's own choice from
+    ``model_type``, except that a model verl does not know whose chat template is ChatML
+    (``<|im_start|>`` ... ``<|im_end|>`` + newline: SmolLM2, a ``llama``) gets verl's ChatML
+    (Qwen) builder; verl's generic one leaves out the newline after ``<|im_end|>``."""
+    from verl.utils.tokenizer.continuous_token_wiring import (
+        ContinuousTokenModelFamily,
+        infer_continuous_token_model_family,
+    )
+
+    family = infer_continuous_token_model_family(hf_model_type=hf_model_type)
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if family == ContinuousTokenModelFamily.DEFAULT and "<|im_start|>" in template and "<|im_end|>" in template:
+        return ContinuousTokenModelFamily.QWEN.value
+    return family.value
+
+
+class RowBuffer:
+    """The rollout rows of one worker process, written to the store off the event loop.
+
+    ``add`` appends an episode's rows and waits until they are written: the first episode to
+    add schedules a write ``delay`` seconds later, and every episode that adds rows before it
+    runs joins it, so episodes that end close together share one Parquet part."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.scheduled: asyncio.Task | None = None
+        self.lock = threading.Lock()  # one write at a time per process
+        self.parts_written = 0
+
+    async def add(self, rows: list[dict[str, Any]], *, store_uri: str, prefix: str, delay: float) -> None:
+        self.rows.extend(rows)
+        if self.scheduled is None or self.scheduled.done():
+            self.scheduled = asyncio.ensure_future(self._write_later(store_uri, prefix, delay))
+        await asyncio.shield(self.scheduled)
+
+    async def _write_later(self, store_uri: str, prefix: str, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        rows, self.rows = self.rows, []
+        self.scheduled = None  # rows added while this write runs schedule the next one
+        if rows:
+            await asyncio.get_running_loop().run_in_executor(None, self._write, rows, store_uri, prefix)
+
+    def _write(self, rows: list[dict[str, Any]], store_uri: str, prefix: str) -> None:
+        from coevolve.store import Store
+
+        store = Store(store_uri)
+        by_part: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+        for row in rows:
+            by_part.setdefault((row["round"], row["train_step"]), []).append(row)
+        with self.lock:
+            for (round_no, step), part_rows in by_part.items():
+                tag = f"s{step:04d}" if step is not None else "s----"
+                name = f"{prefix}-{tag}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                store.write("rollouts", round_no, name, part_rows)
+                self.parts_written += 1
+
+
+ROWS = RowBuffer()  # this worker process's buffer
+
+
 @register(AGENT_NAME)
 class CoevolveAgentLoop(AgentLoopBase):
     """Runs a coevolve environment episode; settings come from the config's ``coevolve`` section."""
 
-    _seen: Counter = Counter()  # episodes of each task run by this worker process
+    _seen: Counter = Counter()  # episodes of each (step, prompt) run by this process, where verl gives no session id
     tokenizer: Any  # a transformers tokenizer instance (verl annotates it as the AutoTokenizer factory)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        family = chat_family(self.tokenizer, kwargs.get("hf_model_type"))
+        if self.processor is None and get_continuous_token_builder_class(family) is not type(
+            self.continuous_token_builder
+        ):
+            self.continuous_token_builder = create_continuous_token_builder(
+                self.tokenizer, model_family=family, chat_template_kwargs=self.apply_chat_template_kwargs
+            )
         co = self.config.get("coevolve") or {}
         self.env = resolve("environment", co.get("env", "bfcl-v3"))()
         self.tool_format = co.get("tool_format", "json")
@@ -65,13 +158,15 @@ class CoevolveAgentLoop(AgentLoopBase):
         self.store_uri = co.get("store") or ""
         self.run_id = co.get("run_id", "verl")
         self.round = int(co.get("round", 0))
+        self.steps_per_epoch = max(1, int(co.get("steps_per_epoch", 1)))
+        self.flush_seconds = float(co.get("flush_seconds", 1.0))
+        self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = self.rollout_config.response_length
         self.n = int(self.rollout_config.n)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         task = Task.from_json(kwargs["extra_info"]["task"])
-        seen = CoevolveAgentLoop._seen[task.task_id]
-        CoevolveAgentLoop._seen[task.task_id] += 1
+        step, sample_idx = self._grain(task, kwargs)
         self._episode_id = f"{task.task_id}/verl/{uuid.uuid4().hex[:10]}"
         self._base = {
             "run_id": self.run_id,
@@ -79,12 +174,64 @@ class CoevolveAgentLoop(AgentLoopBase):
             "phase": "train",
             "task_id": task.task_id,
             "episode_id": self._episode_id,
-            "sample_idx": seen % self.n,
-            "train_step": None,
-            "epoch": seen // self.n,
+            "sample_idx": sample_idx,
+            "train_step": step,
+            "epoch": (step - 1) // self.steps_per_epoch if step is not None else None,
             "policy_version": self.config.actor_rollout_ref.model.path,
         }
         self._rows: list[dict[str, Any]] = []
+        try:
+            return await self._episode(task, sampling_params)
+        except PromptTooLong as exc:
+            return await self._refused(str(exc))
+
+    def _grain(self, task: Task, kwargs: dict[str, Any]) -> tuple[int | None, int]:
+        """(train_step, sample_idx) of this episode: verl's global step and session id (V1);
+        without them (verl's legacy trainer) no step and a per-process count within the group."""
+        step = kwargs.get("global_steps")
+        session = kwargs.get("session_id")
+        if session is not None:
+            return (int(step) if step is not None and int(step) >= 0 else None), int(session)
+        key = (kwargs.get("uid") or task.task_id, step)
+        seen = CoevolveAgentLoop._seen[key]
+        CoevolveAgentLoop._seen[key] += 1
+        return (int(step) if step is not None and int(step) >= 0 else None), seen % self.n
+
+    def _cap_text_prompt_length(self, prompt_ids: list[int]) -> list[int]:
+        """verl cuts an over-long prompt from the left (system message and tools gone): refuse instead."""
+        if len(prompt_ids) > self.prompt_length:
+            self._long_prompt = list(prompt_ids)
+            raise PromptTooLong(
+                f"the first prompt has {len(prompt_ids)} tokens, more than rollout.prompt_length="
+                f"{self.prompt_length} (policy.max_context_tokens): raise it, or render tools compactly "
+                "(policy.tool_format: compact)"
+            )
+        return prompt_ids
+
+    async def _refused(self, reason: str) -> AgentLoopOutput:
+        """A failed episode: one row with the reason, reward 0, no generated token to train on."""
+        self._rows = [{**self._base, "turn": 0, "step": 0, "n_tokens": 0, "step_reward": 0.0, "error": reason}]
+        await self._write_rows(_Failed())
+        head = self._long_prompt[: self.prompt_length]
+        return AgentLoopOutput(
+            prompt_ids=head,
+            response_ids=[self.tokenizer.eos_token_id],
+            response_mask=[0],
+            response_logprobs=None,
+            reward_score=0.0,
+            num_turns=1,
+            metrics=AgentLoopMetrics(),
+            extra_fields={
+                "turn_scores": [],
+                "tool_rewards": [],
+                "success": False,
+                "episode_id": self._episode_id,
+                "n_generated": 0,
+                "error": reason,
+            },
+        )
+
+    async def _episode(self, task: Task, sampling_params: dict[str, Any]) -> AgentLoopOutput:
         ep = self.env.episode(task)
         tools = ep.tools(0)
         shown = {_name(t) for t in tools}
@@ -139,7 +286,7 @@ class CoevolveAgentLoop(AgentLoopBase):
             if len(mask) >= self.response_length:
                 break
         score = ep.score()
-        self._write_rows(score)
+        await self._write_rows(score)
         prompt_len = len(ids) - len(mask)
         return AgentLoopOutput(
             prompt_ids=ids[:prompt_len],
@@ -155,6 +302,7 @@ class CoevolveAgentLoop(AgentLoopBase):
                 "success": bool(score.success),
                 "episode_id": self._episode_id,
                 "n_generated": n_generated,
+                "error": "",
             },
         )
 
@@ -206,7 +354,7 @@ class CoevolveAgentLoop(AgentLoopBase):
             )
         return False
 
-    def _write_rows(self, score: Any) -> None:
+    async def _write_rows(self, score: Any) -> None:
         n_turns = max(1, len(score.turn_passed) or 1)
         last_of_turn = {row["turn"]: i for i, row in enumerate(self._rows)}
         for row in self._rows:
@@ -215,7 +363,14 @@ class CoevolveAgentLoop(AgentLoopBase):
             if turn < len(score.turn_passed) and score.turn_passed[turn]:
                 self._rows[i]["step_reward"] = 1.0 / n_turns
         if self.store_uri and self._rows:
-            from coevolve.store import Store
+            await ROWS.add(
+                self._rows, store_uri=self.store_uri, prefix=f"{self.run_id}-train-verl", delay=self.flush_seconds
+            )
 
-            part = f"{self.run_id}-train-verl-{self._episode_id.replace('/', '-')}"
-            Store(self.store_uri).write("rollouts", self.round, part, self._rows)
+
+class _Failed:
+    """The score of an episode that could not start."""
+
+    reward = 0.0
+    success = False
+    turn_passed: list[bool] = []
