@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from coevolve.registry import PLUGINS_ENV
+from coevolve.registry import PLUGINS_ENV, plugin_fields
 from coevolve.config_yaml import ConfigError, Range, build, dump, merge, set_path, yaml_error
 
 
@@ -667,18 +667,6 @@ def allowed_plugins(cfg: "RunConfig") -> set[str]:
     """The ``module:attr`` paths ``cfg`` may import: ``trust.plugins`` and ``$COEVOLVE_PLUGINS``."""
     from_env = {p.strip() for p in os.environ.get(PLUGINS_ENV, "").split(",") if p.strip()}
     return set(cfg.trust.plugins) | from_env
-
-
-def plugin_fields(cfg: "RunConfig") -> list[tuple[str, str, str]]:
-    """``(field, registry kind, name)`` of every plug-in a run config names."""
-    return [
-        ("env.name", "environment", cfg.env.name),
-        ("train.backend", "trainer", cfg.train.backend),
-        ("explore.explorer", "explorer", cfg.explore.explorer),
-        ("synth.explorer", "explorer", cfg.synth.explorer),
-        ("abstract.abstractor", "abstractor", cfg.abstract.abstractor),
-        ("validate.solver", "solver", cfg.validate.solver),
-    ]
 
 
 def check_trust(cfg: "RunConfig") -> None:

@@ -96,11 +96,23 @@ def resolve(kind: str, name: str) -> Any:
         raise KeyError(f"unknown {kind} {name!r}; known: {known} (or a trusted 'module:attr' path)") from None
 
 
+def plugin_fields(cfg: Any) -> list[tuple[str, str, str]]:
+    """``(field, registry kind, name)`` of every plug-in a run config names."""
+    return [
+        ("env.name", "environment", cfg.env.name),
+        ("train.backend", "trainer", cfg.train.backend),
+        ("explore.explorer", "explorer", cfg.explore.explorer),
+        ("synth.explorer", "explorer", cfg.synth.explorer),
+        ("abstract.abstractor", "abstractor", cfg.abstract.abstractor),
+        ("validate.solver", "solver", cfg.validate.solver),
+    ]
+
+
 def check_plugins(cfg: Any) -> None:
     """Resolve every plug-in a run config names (``config.plugin_fields``: environment, trainer,
     explorers, abstractor, solver); an unknown or untrusted one raises ``ConfigError`` naming
     its field, before anything runs."""
-    from coevolve.config import ConfigError, plugin_fields
+    from coevolve.config_yaml import ConfigError
 
     for where, kind, name in plugin_fields(cfg):
         if kind == "solver" and name in ("policy", "explorer", "none"):
