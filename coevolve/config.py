@@ -681,6 +681,12 @@ def check_trust(cfg: "RunConfig") -> None:
                 f"{where}: the plug-in path {name!r} is not allowed: list it under trust.plugins in the "
                 f"config file (or in ${PLUGINS_ENV} on the worker); an override alone never imports code"
             )
+    check_api_key_envs(cfg)
+    registry.trust(allowed)
+
+
+def check_api_key_envs(cfg: "RunConfig") -> None:
+    """Every ``api_key_env`` empty, ending in ``_API_KEY`` or listed in ``trust.api_key_envs``."""
     for section in ("policy", "explore", "abstract"):
         var = getattr(cfg, section).api_key_env
         if var and not API_KEY_ENV.fullmatch(var) and var not in cfg.trust.api_key_envs:
@@ -688,7 +694,6 @@ def check_trust(cfg: "RunConfig") -> None:
                 f"{section}.api_key_env: {var!r} is not an API-key variable: name one ending in '_API_KEY', "
                 "list it under trust.api_key_envs in the config file, or leave it empty (no key)"
             )
-    registry.trust(allowed)
 
 
 def check_config_path(path: str | Path) -> Path:
@@ -797,7 +802,11 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         set_path(data, dotted, value)
     if sections is not None:
         data = _with_env_section(data, sections, overrides)
-    cfg = build(RunConfig, data, "")
+    try:
+        cfg = build(RunConfig, data, "")
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}" if path is not None else str(exc)) from None
+    check_api_key_envs(cfg)  # before an override's endpoint drops a key: a bad name is refused, not hidden
     try:
         file_cfg = build(RunConfig, from_file, "")
     except ConfigError:  # the file alone does not build (an override fixes it): no endpoint of its own

@@ -112,8 +112,14 @@ def check_type(value: Any, tp: Any, where: str) -> Any:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+    """A value for an error message: numbers as they are; text and collections only by their
+    type and size (the value may be a line of a file that is no config, e.g. a credential)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        text = repr(value)
+        return text if len(text) <= 40 else f"a {len(text)}-digit number"
+    if isinstance(value, str):
+        return f"(text of {len(value)} characters)"
+    return f"(a {type(value).__name__} of {len(value) if hasattr(value, '__len__') else '?'} items)"
 
 
 def check_range(value: Any, f: dataclasses.Field, where: str) -> None:
