@@ -62,7 +62,7 @@ class EnvConfig:
         "list of scenario indices. A BFCL-V3 scenario is one numeric index across the four multi-turn "
         "categories (the twins are held out together). The training side never reads anything of a "
         "held-out scenario, and of a training scenario only its state (initial configuration, classes, "
-        "tool docs).",
+        "tool docs). Range: a count >= 0, or indices >= 0.",
         40,
     )
     step_limit: int = _help(
@@ -341,7 +341,8 @@ class ExploreConfig:
     )
     min_contexts: int = _help(
         "Cold-start fallback: when fewer signal contexts than this are found, the rest of the budget "
-        "('contexts') goes to coverage contexts on pool tasks' states, recorded with signal_type 'fallback'.",
+        "('contexts') goes to coverage contexts on pool tasks' states, recorded with signal_type 'fallback'. "
+        "At most explore.contexts.",
         4,
         ge=0,
     )
@@ -832,7 +833,8 @@ def _with_env_section(data: dict[str, Any], sections: Any, overrides: dict[str, 
     if not isinstance(sections, dict):
         raise ConfigError(f"{FOR_ENV}: expected a mapping of environment name -> settings")
     for env_name, section in sections.items():
-        where = f"{FOR_ENV}.{env_name}"
+        shown = env_name if re.fullmatch(r"[\w.:-]{1,64}", str(env_name)) else "(a key that is no environment name)"
+        where = f"{FOR_ENV}.{shown}"  # a key of the file is quoted only when it looks like a name
         if not isinstance(section, dict):
             raise ConfigError(f"{where}: expected a mapping of settings, got {type(section).__name__}")
         if "name" in (section.get("env") or {}):
