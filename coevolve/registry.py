@@ -109,7 +109,7 @@ def plugin_fields(cfg: Any) -> list[tuple[str, str, str]]:
 
 
 def check_plugins(cfg: Any) -> None:
-    """Resolve every plug-in a run config names (``config.plugin_fields``: environment, trainer,
+    """Resolve every plug-in a run config names (``plugin_fields``: environment, trainer,
     explorers, abstractor, solver); an unknown or untrusted one raises ``ConfigError`` naming
     its field, before anything runs."""
     from coevolve.config_yaml import ConfigError
