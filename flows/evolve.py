@@ -176,9 +176,9 @@ def evolve(
             code: a 'module:attr' plug-in must be trusted by the config file (trust.plugins),
             `trust` cannot be overridden, and an overridden endpoint (base_url) gets no API key.
     """
-    log = get_run_logger()
     if config.strip():  # a form field: only a config of an allowed folder, named, never quoted
         check_config_path(config.strip())
+    log = get_run_logger()
     cfg, rounds = plan_lineage(config, rounds_per_run, store, run_name, overrides)
     busy = lineage_in_progress(cfg)
     if busy is not None:

@@ -27,3 +27,19 @@ def test_the_command_prints_every_stack_and_params_probe_held():
         assert probe.name in table
     last = table.strip().splitlines()[-1].split()
     assert last[0] == "all" and last[-1] == "0" and last[-2] == last[-3], last
+
+
+def test_the_flow_refuses_a_config_outside_the_allowed_folders(tmp_path):
+    """The nightly deployment's form field ``config``: /etc/passwd or a credentials file is named
+    and refused before anything reads it (issue 29: a line of it was echoed in the error)."""
+    import pytest
+
+    from coevolve.config import ConfigError
+    from flows.evolve import evolve
+
+    creds = tmp_path / "credentials"
+    creds.write_text("aws_secret_access_key = CANARY-SECRET\n")
+    for path in ("/etc/passwd", str(creds), "configs/../../../../etc/passwd"):
+        with pytest.raises(ConfigError, match="outside the allowed folders") as err:
+            evolve.fn(config=path)
+        assert "CANARY" not in str(err.value) and "root:" not in str(err.value)
