@@ -272,7 +272,8 @@ def _cli_child(args: list[str], timeout_s: float) -> tuple[int | None, str, floa
 def _store_is_a_file(work: Path, fast: bool) -> Iterator[Attempt]:
     afile = work / "store-file"
     afile.write_text("not a directory\n")
-    for what, store in (("the store path is a file", afile), ("the store path is under a file", afile / "sub")):
+    cases = (("the store path is a file", afile), ("the store path is under a file", afile / "sub"))
+    for what, store in cases[:1] if fast else cases:
         code, out, secs = _cli_child(["run", "--config", "configs/tiny.yaml", "--store", str(store)], 60)
         text = " ".join(out.split())
         held = code not in (None, 0) and "store" in text and "Prefect" not in text and "Traceback" not in text
