@@ -15,7 +15,10 @@ A trainer always writes to a local directory (``local_dir``): the final place fo
 location, else a cache directory (``$COEVOLVE_CACHE/checkpoints/<hash>``) that ``publish``
 uploads, file by file and then a ``_COMPLETE`` object last. ``materialize`` turns a marker's
 reference back into a local directory, downloading (and caching) a remote checkpoint whose
-``_COMPLETE`` object exists; a half-uploaded checkpoint is an error, never loaded.
+``_COMPLETE`` object exists; a half-uploaded checkpoint is an error, never loaded. A cached copy
+is used only while it matches the store's: the cache keeps the listing it was made from (each
+object's key, size and modification time, in ``_SOURCE.json``), and a store copy that changed
+since (republished, or an object overwritten) is downloaded again.
 
     path = local_dir(cfg, run_id, round)              # where the trainer saves
     ref = publish(store, cfg, run_id, round, path)    # recorded in the train marker
@@ -25,6 +28,7 @@ reference back into a local directory, downloading (and caching) a remote checkp
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 
 PREFIX = "checkpoints"
 COMPLETE = "_COMPLETE"  # written last: a remote checkpoint without it is incomplete
+SOURCE = "_SOURCE.json"  # in a cached copy: the remote listing it was downloaded from
 
 
 class CheckpointError(RuntimeError):
@@ -120,13 +125,22 @@ def publish(store: "Store", cfg: "RunConfig", run_id: str, round_no: int, traine
     remote = store if not cfg.train.checkpoint_dir else _remote_store(cfg, root)
     base = f"{remote.root}/{key}"
     _delete_remote(remote, f"{base}/{COMPLETE}")  # a rerun: incomplete until the end
-    for f in sorted(p for p in src.rglob("*") if p.is_file() and p.name != COMPLETE):
+    for f in sorted(p for p in src.rglob("*") if p.is_file() and p.name not in (COMPLETE, SOURCE)):
         with f.open("rb") as fh, remote.fs.open_output_stream(f"{base}/{f.relative_to(src).as_posix()}") as out:
             shutil.copyfileobj(fh, out, 1 << 20)
     with remote.fs.open_output_stream(f"{base}/{COMPLETE}") as out:
         out.write(b"ok\n")
-    (src / COMPLETE).write_text("ok\n")  # this machine's copy is the cache of the remote one
+    # this machine's copy is the cache of the remote one, as of the listing just written
+    (src / SOURCE).write_text(json.dumps(_listing(remote, base)))
+    (src / COMPLETE).write_text("ok\n")
     return reference(cfg, run_id, round_no)
+
+
+def _listing(remote: "Store", base: str) -> list[list]:
+    """Every object under ``base``: ``[key, size, mtime ns]``, sorted; what a cached copy was
+    made from, compared again before the copy is used (the store's copy may have changed)."""
+    infos = remote.fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    return sorted([i.path[len(base) + 1 :], i.size, i.mtime_ns] for i in infos if i.type == pafs.FileType.File)
 
 
 def _mkdir(path: Path) -> Path:
@@ -163,21 +177,26 @@ def materialize(store: "Store", cfg: "RunConfig", ref: str) -> str:
 def _download(remote: "Store", base: str | None, uri: str) -> str:
     base = base or remote.root
     target = _cache_dir(uri)
-    if (target / COMPLETE).is_file():
-        return str(target)
     if remote.fs.get_file_info(f"{base}/{COMPLETE}").type == pafs.FileType.NotFound:
         raise CheckpointError(f"checkpoint {uri} is missing or incomplete (no {COMPLETE} object)")
-    infos = remote.fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    listing = _listing(remote, base)
+    if (target / COMPLETE).is_file() and _cached_listing(target) == listing:
+        return str(target)
     tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=_mkdir(target.parent)))
-    for info in infos:
-        if info.type != pafs.FileType.File:
-            continue
-        rel = info.path[len(base) + 1 :]
+    for rel, _, _ in listing:
         dest = _inside(str(tmp), rel)
         _mkdir(dest.parent)
-        with remote.fs.open_input_stream(info.path) as src, dest.open("wb") as out:
+        with remote.fs.open_input_stream(f"{base}/{rel}") as src, dest.open("wb") as out:
             shutil.copyfileobj(src, out, 1 << 20)
+    (tmp / SOURCE).write_text(json.dumps(listing))
     tmp.chmod(0o755)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)
     return str(target)
+
+
+def _cached_listing(target: Path) -> list | None:
+    try:
+        return json.loads((target / SOURCE).read_text())
+    except (OSError, ValueError):
+        return None  # a cache made before listings were kept, or damaged: download again

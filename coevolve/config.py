@@ -7,11 +7,21 @@ checker is ``coevolve.config_yaml``; each section's ``validate`` checks its fiel
 
 Secrets and endpoints never live in config files: S3 credentials come from the usual AWS
 environment variables, LLM API keys from the variable named by ``api_key_env``.
+
+Overrides (``--set``, a Prefect form's ``overrides``) are data, never code (issue 29): a
+``module:attr`` plug-in path runs only when the config file's ``trust.plugins``,
+``$COEVOLVE_PLUGINS`` or an installed entry point allows it; ``trust`` itself is read from the
+file only; ``api_key_env`` names only API-key variables; an override that moves an endpoint
+(``*.base_url``) away from the file's drops that endpoint's key; a flow reads a config file only
+from an allowed folder (``check_config_path``). Numeric fields carry their range in their help
+and are checked when the config is built.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +29,28 @@ from typing import Any
 
 import yaml
 
-from coevolve.config_yaml import ConfigError, build, dump, merge, set_path
+from coevolve.registry import PLUGINS_ENV, plugin_fields
+from coevolve.config_yaml import ConfigError, Range, build, dump, merge, set_path, yaml_error
 
 
-def _help(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
+def _help(
+    text: str,
+    default: Any = dataclasses.MISSING,
+    factory: Any = dataclasses.MISSING,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+) -> Any:
+    """A config field with its help text; ``ge``/``gt``/``le`` give its range, which the help text
+    then states ("Range: >= 1.") and ``config_yaml.build`` enforces, naming the field."""
+    metadata: dict[str, Any] = {"help": text}
+    if (ge, gt, le) != (None, None, None):
+        bounds = Range(ge=ge, gt=gt, le=le)
+        metadata.update(help=f"{text} Range: {bounds}.", range=bounds)
     if factory is not dataclasses.MISSING:
-        return field(default_factory=factory, metadata={"help": text})
-    return field(default=default, metadata={"help": text})
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 # --------------------------------------------------------------------------- environment
@@ -37,15 +62,16 @@ class EnvConfig:
         "list of scenario indices. A BFCL-V3 scenario is one numeric index across the four multi-turn "
         "categories (the twins are held out together). The training side never reads anything of a "
         "held-out scenario, and of a training scenario only its state (initial configuration, classes, "
-        "tool docs).",
+        "tool docs). Range: a count >= 0, or indices >= 0.",
         40,
     )
     step_limit: int = _help(
         "Maximum model messages per turn before the turn is cut, in training-side rollouts "
         "(evaluation follows eval.step_limit).",
         2,
+        ge=1,
     )
-    step_timeout_s: float = _help("Wall-clock limit of one environment step, seconds.", 5.0)
+    step_timeout_s: float = _help("Wall-clock limit of one environment step, seconds.", 5.0, gt=0)
 
     def validate(self) -> None:
         if self.step_limit < 1:
@@ -70,13 +96,14 @@ class PolicyConfig:
     base_url: str = _help("OpenAI-compatible endpoint for backend 'openai'.", "")
     api_key_env: str = _help("Environment variable holding the endpoint's API key.", "OPENAI_API_KEY")
     tool_format: str = _help("How tool schemas are rendered: 'compact' (one line per function) or 'json'.", "compact")
-    max_context_tokens: int = _help("Prompt budget; longer histories are truncated oldest-first.", 2048)
+    max_context_tokens: int = _help("Prompt budget; longer histories are truncated oldest-first.", 2048, ge=1)
     max_new_tokens: int = _help(
         "Generation budget per assistant message (training rollouts and evaluation). A well-formed "
         "SmolLM2 call measured 22-31 tokens and a message carries a turn's calls (up to ~4), so 128 "
         "leaves room; 64 cut 40% of the embedded default's messages. A cut message is logged with "
         "finish_reason 'length'.",
         128,
+        ge=1,
     )
     temperature: float = _help(
         "Sampling temperature of training-side rollouts (training, validation's pass 2). 0.5: SmolLM2-135M "
@@ -84,9 +111,10 @@ class PolicyConfig:
         "malformed calls), 0.179 at 0.7 and 0.282 at 0.5, with more tasks whose samples disagree (GRPO's "
         "signal); raise it for larger models.",
         0.5,
+        ge=0,
     )
-    top_p: float = _help("Nucleus sampling for training rollouts.", 1.0)
-    batch_size: int = _help("Episodes generated together by the rollout engine.", 8)
+    top_p: float = _help("Nucleus sampling for training rollouts.", 1.0, gt=0, le=1)
+    batch_size: int = _help("Episodes generated together by the rollout engine.", 8, ge=1)
     dtype: str = _help(
         "Precision the local backend generates in: 'auto' (bfloat16 for models of 50M+ parameters on a "
         "GPU or a CPU with native bfloat16, else float32), 'float32', 'bfloat16' or 'float16'. Training "
@@ -99,8 +127,8 @@ class PolicyConfig:
         "device that torch cannot see is an error when the policy loads, not a silent fall-back.",
         "auto",
     )
-    concurrency: int = _help("Parallel requests for backend 'openai'.", 4)
-    timeout_s: float = _help("Request timeout for backend 'openai'.", 60.0)
+    concurrency: int = _help("Parallel requests for backend 'openai'.", 4, ge=1, le=1024)
+    timeout_s: float = _help("Request timeout for backend 'openai'.", 60.0, gt=0)
 
     def validate(self) -> None:
         if self.backend not in ("local", "openai"):
@@ -129,6 +157,7 @@ class TrainConfig:
         "SFT warm-start steps on reference trajectories of the pool, run when training starts from the "
         "base model (0 = off).",
         10,
+        ge=0,
     )
     warm_start_cache: bool = _help(
         "Reuse an SFT warm start computed before on this machine with the same base model, examples, "
@@ -137,15 +166,15 @@ class TrainConfig:
         "False: always recompute.",
         True,
     )
-    steps: int = _help("GRPO steps per round.", 2)
-    tasks_per_step: int = _help("Tasks per GRPO step.", 2)
-    group_size: int = _help("Rollouts per task (the GRPO group, n).", 4)
-    lr: float = _help("Learning rate.", 2e-4)
-    sft_lr: float = _help("Learning rate of the SFT warm start.", 5e-4)
+    steps: int = _help("GRPO steps per round.", 2, ge=0)
+    tasks_per_step: int = _help("Tasks per GRPO step.", 2, ge=1)
+    group_size: int = _help("Rollouts per task (the GRPO group, n).", 4, ge=1)
+    lr: float = _help("Learning rate.", 2e-4, ge=0)
+    sft_lr: float = _help("Learning rate of the SFT warm start.", 5e-4, ge=0)
     lora: bool = _help("Train LoRA adapters (merged into the checkpoint) instead of all weights.", True)
-    lora_r: int = _help("LoRA rank.", 16)
-    lora_alpha: int = _help("LoRA alpha.", 32)
-    clip_eps: float = _help("PPO clip range of the ratio to the behaviour (sampling) policy.", 0.2)
+    lora_r: int = _help("LoRA rank.", 16, ge=1)
+    lora_alpha: int = _help("LoRA alpha.", 32, ge=1)
+    clip_eps: float = _help("PPO clip range of the ratio to the behaviour (sampling) policy.", 0.2, gt=0)
     ppo_epochs: int = _help(
         "Optimizer steps per GRPO step, each a pass over the step's rollouts: the first is on-policy "
         "(ratio 1 up to rounding: train.precision 'auto' scores in the precision the policy sampled in), "
@@ -153,9 +182,12 @@ class TrainConfig:
         "1 on a CPU, where one pass over a default step's SmolLM2 rollouts (~20k tokens) takes about 2 "
         "minutes on 2 cores; configs/tiny.yaml and the GPU config use 2.",
         1,
+        ge=1,
     )
-    kl_coef: float = _help("KL penalty to the round's starting policy (0 = off, and no reference forward is run).", 0.0)
-    threads: int = _help("torch intra-op threads of the local trainer (0 = every core).", 0)
+    kl_coef: float = _help(
+        "KL penalty to the round's starting policy (0 = off, and no reference forward is run).", 0.0, ge=0
+    )
+    threads: int = _help("torch intra-op threads of the local trainer (0 = every core).", 0, ge=0)
     micro_batch_size: int = _help(
         "Sequences per forward/backward pass. A step's sequences are all accumulated into one "
         "optimizer step (gradient accumulation), so this bounds memory without changing the update. "
@@ -163,6 +195,7 @@ class TrainConfig:
         "a mask keeps every layer's full attention matrix for the backward pass (4 x 1.5k-token "
         "SmolLM2 sequences took over 20 GB); one sequence at a time runs the causal kernel unpadded.",
         1,
+        ge=1,
     )
     share_prefix: bool = _help(
         "Compute the prompt a GRPO group's episodes (or SFT examples of one tool set) share once per "
@@ -178,19 +211,19 @@ class TrainConfig:
         "Weights, gradients, the optimizer and the output head stay float32 (torch autocast).",
         "auto",
     )
-    max_seq_tokens: int = _help("Longest training sequence; longer episodes are cut from the left.", 1536)
-    sft_batch_size: int = _help("Reference trajectories per SFT warm-start step.", 2)
+    max_seq_tokens: int = _help("Longest training sequence; longer episodes are cut from the left.", 1536, ge=1)
+    sft_batch_size: int = _help("Reference trajectories per SFT warm-start step.", 2, ge=1)
     lr_scheduler: str = _help(
         "Learning-rate schedule of the GRPO steps (a transformers.get_scheduler name: "
         "'constant', 'constant_with_warmup', 'linear', 'cosine', ...).",
         "constant_with_warmup",
     )
-    warmup_steps: int = _help("Linear warm-up steps of the learning-rate schedule.", 0)
-    max_grad_norm: float = _help("Gradients are clipped to this global norm before each optimizer step.", 1.0)
+    warmup_steps: int = _help("Linear warm-up steps of the learning-rate schedule.", 0, ge=0)
+    max_grad_norm: float = _help("Gradients are clipped to this global norm before each optimizer step.", 1.0, gt=0)
     verl_overrides: list[str] = _help("Extra Hydra overrides passed to verl (backend 'verl').", factory=list)
     verl_ray_address: str = _help("Ray cluster address for 'ray job submit' (empty = run locally).", "")
-    verl_gpus_per_node: int = _help("GPUs per node for verl.", 8)
-    verl_nodes: int = _help("Nodes for verl.", 1)
+    verl_gpus_per_node: int = _help("GPUs per node for verl.", 8, ge=1)
+    verl_nodes: int = _help("Nodes for verl.", 1, ge=1)
     verl_attention: str = _help(
         "Attention kernel of verl's FSDP actor: 'auto' (flash_attention_2 when flash_attn is installed "
         "where the launch is prepared, else torch's sdpa with remove-padding off; logged at launch), "
@@ -247,38 +280,47 @@ class SignalsConfig:
     include_parse_errors: bool = _help("rare: let steps whose output failed to parse count in the patterns.", False)
     # forgetting (sql/signals/forgetting.sql)
     forget_before_min: float = _help(
-        "forgetting: success rate at the earlier point must be >= this for a success drop.", 0.5
+        "forgetting: success rate at the earlier point must be >= this for a success drop.", 0.5, ge=0, le=1
     )
     forget_now_max: float = _help(
-        "forgetting: success rate at the task's latest point (in this round) must be <= this for a success drop.", 0.0
+        "forgetting: success rate at the task's latest point (in this round) must be <= this for a success drop.",
+        0.0,
+        ge=0,
+        le=1,
     )
     forget_reward_drop: float = _help(
         "forgetting: a fall of the task's mean episode reward by at least this against an earlier point (round, epoch, step) "
         "also counts; above 1 disables it.",
         0.2,
+        ge=0,
     )
     # boundary (sql/signals/boundary.sql)
-    boundary_min_samples: int = _help("boundary: episodes of the task in the round needed for a verdict.", 4)
+    boundary_min_samples: int = _help("boundary: episodes of the task in the round needed for a verdict.", 4, ge=2)
     boundary_reward_std: float = _help(
         "boundary: episode-reward std (population) that also counts as unstable; above 0.5 disables it for [0, 1] rewards.",
         0.1,
+        ge=0,
     )
     # rare (sql/signals/rare.sql)
-    rare_n: int = _help("rare: n-gram length of action patterns (consecutive tool calls of an episode).", 2)
-    rare_min_episodes: int = _help("rare: a pattern must occur in at least this many episodes to be a candidate.", 2)
+    rare_n: int = _help("rare: n-gram length of action patterns (consecutive tool calls of an episode).", 2, ge=1)
+    rare_min_episodes: int = _help(
+        "rare: a pattern must occur in at least this many episodes to be a candidate.", 2, ge=1
+    )
     rare_quantile: float = _help(
         "rare: a candidate is rare when its count is <= this quantile of the candidates' counts (relative to the round).",
         0.25,
+        ge=0,
+        le=1,
     )
     rare_min_total: int = _help(
-        "rare: the round needs at least this many n-gram occurrences before any pattern is rare.", 8
+        "rare: the round needs at least this many n-gram occurrences before any pattern is rare.", 8, ge=0
     )
     rare_with_arg_keys: bool = _help("rare: patterns are name(sorted argument keys) instead of names.", False)
-    evidence_limit: int = _help("rare: most task ids and episode ids kept in a pattern's evidence.", 10)
+    evidence_limit: int = _help("rare: most task ids and episode ids kept in a pattern's evidence.", 10, ge=1)
     # output and resources
-    budget_per_type: int = _help("Top-K signals kept per type (by score; ties by task id / pattern).", 8)
+    budget_per_type: int = _help("Top-K signals kept per type (by score; ties by task id / pattern).", 8, ge=0)
     memory_limit: str = _help("DuckDB memory limit for the signal queries (they spill beyond it).", "4GB")
-    threads: int = _help("DuckDB threads for the signal queries (0 = one per core).", 0)
+    threads: int = _help("DuckDB threads for the signal queries (0 = one per core).", 0, ge=0)
 
     def validate(self) -> None:
         if not self.phases:
@@ -305,28 +347,31 @@ class ExploreConfig:
         True,
     )
     explorer: str = _help("Explorer plug-in: 'rule', 'llm' or 'random'.", "rule")
-    runs_per_context: int = _help("Independent runs per signal context (multi-round).", 2)
-    steps_per_run: int = _help("Steps per run (multi-step; room for a task of several turns).", 8)
+    runs_per_context: int = _help("Independent runs per signal context (multi-round).", 2, ge=1)
+    steps_per_run: int = _help("Steps per run (multi-step; room for a task of several turns).", 8, ge=1)
     contexts: int = _help(
         "Exploration budget of a round, in contexts: signal contexts (in rank order) up to this many; "
         "the 'random' explorer gets exactly as many contexts as the signal-guided one would. The default "
         "sizes the embedded default's validation (each context yields up to runs_per_context candidates, "
         "each attempted validate.attempts times by the policy) for a CPU; the GPU config raises it.",
         8,
+        ge=0,
     )
     min_contexts: int = _help(
         "Cold-start fallback: when fewer signal contexts than this are found, the rest of the budget "
-        "('contexts') goes to coverage contexts on pool tasks' states, recorded with signal_type 'fallback'.",
+        "('contexts') goes to coverage contexts on pool tasks' states, recorded with signal_type 'fallback'. "
+        "At most explore.contexts.",
         4,
+        ge=0,
     )
     base_url: str = _help("OpenAI-compatible endpoint of the 'llm' explorer.", "")
     model: str = _help("Model name for the 'llm' explorer.", "")
     api_key_env: str = _help("Environment variable holding the explorer endpoint's key.", "OPENAI_API_KEY")
     temperature: float = _help(
-        "Sampling temperature of the 'llm' explorer (runs of a context differ by sampling).", 0.8
+        "Sampling temperature of the 'llm' explorer (runs of a context differ by sampling).", 0.8, ge=0
     )
-    max_new_tokens: int = _help("Generation budget of one 'llm' explorer step.", 256)
-    timeout_s: float = _help("Request timeout of the 'llm' explorer's endpoint.", 120.0)
+    max_new_tokens: int = _help("Generation budget of one 'llm' explorer step.", 256, ge=1)
+    timeout_s: float = _help("Request timeout of the 'llm' explorer's endpoint.", 120.0, gt=0)
 
     def validate(self) -> None:
         if self.explorer == "llm" and not self.base_url:
@@ -350,14 +395,16 @@ class SynthConfig:
         "Training scenarios drawn (with the run seed) as start states of round 0 (20: the seed pool reaches "
         "about 110 of BFCL's 129 functions).",
         20,
+        ge=1,
     )
     contexts_per_scenario: int = _help(
         "Coverage contexts per scenario state; their focus tools partition the scenario's tools so that "
         "together they reach every tool of its classes.",
         4,
+        ge=1,
     )
-    runs_per_context: int = _help("Independent exploration runs per coverage context.", 2)
-    steps_per_run: int = _help("Steps per exploration run (room for a task of several turns).", 14)
+    runs_per_context: int = _help("Independent exploration runs per coverage context.", 2, ge=1)
+    steps_per_run: int = _help("Steps per exploration run (room for a task of several turns).", 14, ge=1)
     explorer: str = _help("Explorer plug-in of round 0 (the same for every ablation of later rounds).", "rule")
 
     def validate(self) -> None:
@@ -376,13 +423,14 @@ class AbstractConfig:
         "Most turns of a synthesized task (BFCL-V3's multi-turn entries have 3.7 on average; more turns make "
         "longer training sequences).",
         4,
+        ge=1,
     )
     base_url: str = _help("OpenAI-compatible endpoint of the 'llm' abstractor.", "")
     model: str = _help("Model name for the 'llm' abstractor.", "")
     api_key_env: str = _help("Environment variable holding the abstractor endpoint's key.", "OPENAI_API_KEY")
-    temperature: float = _help("Sampling temperature of the 'llm' abstractor.", 0.2)
-    max_new_tokens: int = _help("Generation budget of one 'llm' abstractor answer (the JSON spec).", 768)
-    timeout_s: float = _help("Request timeout of the 'llm' abstractor's endpoint.", 120.0)
+    temperature: float = _help("Sampling temperature of the 'llm' abstractor.", 0.2, ge=0)
+    max_new_tokens: int = _help("Generation budget of one 'llm' abstractor answer (the JSON spec).", 768, ge=1)
+    timeout_s: float = _help("Request timeout of the 'llm' abstractor's endpoint.", 120.0, gt=0)
 
     def validate(self) -> None:
         if self.abstractor == "llm" and not self.base_url:
@@ -398,7 +446,7 @@ class ValidateConfig:
         "'explorer' (the explorer LLM's endpoint) or 'none' (pass 1 only).",
         "policy",
     )
-    attempts: int = _help("Pass 2: attempts per candidate (k); raise it on GPUs.", 2)
+    attempts: int = _help("Pass 2: attempts per candidate (k); raise it on GPUs.", 2, ge=1)
     drop_solved: bool = _help("Pass 2: drop tasks solved in all k attempts as too easy.", True)
     require_effect: bool = _help(
         "Pass 1: reject a task with a turn whose calls change no state and return nothing new "
@@ -406,7 +454,7 @@ class ValidateConfig:
         True,
     )
     near_duplicate_threshold: float = _help(
-        "Jaccard similarity of call sets above which a candidate is a near-duplicate.", 0.9
+        "Jaccard similarity of call sets above which a candidate is a near-duplicate.", 0.9, gt=0, le=1
     )
     blocked_functions: list[str] = _help(
         "Safety policy: functions a synthesized task may not call (default: destructive operations).",
@@ -470,6 +518,7 @@ class EvalConfig:
         "Held-out scenarios evaluated each round (0 = every held-out scenario), drawn from "
         "env.heldout_scenarios with the run seed; each is evaluated in every category of eval.categories.",
         4,
+        ge=0,
     )
     categories: list[str] = _help(
         "Benchmark categories evaluated (BFCL-V3: the four multi-turn categories).",
@@ -479,14 +528,16 @@ class EvalConfig:
         "Model messages per user turn at evaluation before the turn is cut (BFCL's protocol: 20). "
         "Every turn of an entry is run; env.step_limit applies to training only.",
         BFCL_STEP_LIMIT,
+        ge=1,
     )
     max_new_tokens: int = _help(
         "Generation budget per assistant message at evaluation (policy.max_new_tokens is the training one). "
         "128 holds a message of two or three Hermes tool calls and bounds the prose of a small model "
         "that answers without calling (on a 2-core CPU every evaluated token counts).",
         128,
+        ge=1,
     )
-    temperature: float = _help("Sampling temperature at evaluation (0 = greedy).", 0.0)
+    temperature: float = _help("Sampling temperature at evaluation (0 = greedy).", 0.0, ge=0)
     synth_tasks: int = _help(
         "Size of the held-out synthesized split (0 = none): tasks round 0 synthesizes from the states of "
         "held-out scenarios (the same synthesizer as the seed pool, its own seed), frozen in pool v1 with "
@@ -494,6 +545,7 @@ class EvalConfig:
         "round beside the benchmark with the same protocol (eval.*). It measures whether what the loop "
         "teaches carries to unseen states; the benchmark stays the headline.",
         8,
+        ge=0,
     )
 
     def validate(self) -> None:
@@ -514,6 +566,7 @@ class AblateConfig:
     seeds: int = _help(
         "Seeds per condition of `coevolve ablate` (the run seed, seed+1, ...); every condition gets the same seeds.",
         1,
+        ge=1,
     )
 
     def validate(self) -> None:
@@ -530,9 +583,11 @@ class S3Config:
         "pyarrow's S3 file system uses its standard strategy with the same attempt count.",
         "standard",
     )
-    max_attempts: int = _help("Attempts per S3 request, the first included (transient errors and 5xx are retried).", 5)
-    connect_timeout_s: float = _help("S3 connect timeout, seconds.", 5.0)
-    read_timeout_s: float = _help("S3 read (request) timeout, seconds.", 60.0)
+    max_attempts: int = _help(
+        "Attempts per S3 request, the first included (transient errors and 5xx are retried).", 5, ge=1
+    )
+    connect_timeout_s: float = _help("S3 connect timeout, seconds.", 5.0, gt=0)
+    read_timeout_s: float = _help("S3 read (request) timeout, seconds.", 60.0, gt=0)
 
     def validate(self) -> None:
         if self.retry_mode not in ("standard", "adaptive"):
@@ -556,11 +611,12 @@ class FanoutConfig:
         "('tcp://host:8786'). Empty = a local cluster started for the stage.",
         "",
     )
-    workers: int = _help("Workers of a local cluster (0 = one per core).", 0)
+    workers: int = _help("Workers of a local cluster (0 = one per core).", 0, ge=0)
     chunks: int = _help(
         "Pieces a stage's contexts or candidates are cut into (0 = one per worker); results are "
         "joined in the original order, so the stage writes the same rows as in-process.",
         0,
+        ge=0,
     )
 
     def validate(self) -> None:
@@ -592,13 +648,97 @@ def check_location(value: str, where: str) -> None:
         raise ConfigError(f"{where}: {value!r}: only local paths and s3:// URIs are supported")
 
 
+# --------------------------------------------------------------------------- trust
+CONFIG_DIRS_ENV = "COEVOLVE_CONFIG_DIRS"  # os.pathsep-separated folders flows may read configs from
+API_KEY_ENV = re.compile(r"[A-Z][A-Z0-9_]*_API_KEY")
+_PLUGIN_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+REPO_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@dataclass
+class TrustConfig:
+    """What the deployment trusts. Read from the config file only: an override (``--set``, a
+    Prefect form's ``overrides``) that names ``trust`` is refused."""
+
+    plugins: list[str] = _help(
+        "'module:attr' plug-in paths a run may import (env.name, train.backend, explore.explorer, "
+        "synth.explorer, abstract.abstractor, validate.solver). A path that is not listed here, in "
+        "$COEVOLVE_PLUGINS (comma-separated, on the worker) or as an installed entry point (group "
+        "'coevolve.<kind>') is refused before anything runs. Config file only.",
+        factory=list,
+    )
+    api_key_envs: list[str] = _help(
+        "Environment variables api_key_env may name besides those ending in '_API_KEY' "
+        "(e.g. a vLLM server's VLLM_KEY). Config file only.",
+        factory=list,
+    )
+
+    def validate(self) -> None:
+        bad = [p for p in self.plugins if not _PLUGIN_PATH.fullmatch(p)]
+        if bad:
+            raise ConfigError(f"trust.plugins: {bad[0]!r} is not a 'module:attr' path")
+        bad = [v for v in self.api_key_envs if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", v)]
+        if bad:
+            raise ConfigError(f"trust.api_key_envs: {bad[0]!r} is not an environment variable name")
+
+
+def allowed_plugins(cfg: "RunConfig") -> set[str]:
+    """The ``module:attr`` paths ``cfg`` may import: ``trust.plugins`` and ``$COEVOLVE_PLUGINS``."""
+    from_env = {p.strip() for p in os.environ.get(PLUGINS_ENV, "").split(",") if p.strip()}
+    return set(cfg.trust.plugins) | from_env
+
+
+def check_trust(cfg: "RunConfig") -> None:
+    """Every ``module:attr`` plug-in path allowed, every ``api_key_env`` an API-key variable;
+    then the registry is told which paths this config allows (``registry.trust``)."""
+    from coevolve import registry
+
+    allowed = allowed_plugins(cfg)
+    for where, kind, name in plugin_fields(cfg):
+        if ":" in name and name not in allowed and registry.entry_point(kind, name) is None:
+            raise ConfigError(
+                f"{where}: the plug-in path {name!r} is not allowed: list it under trust.plugins in the "
+                f"config file (or in ${PLUGINS_ENV} on the worker); an override alone never imports code"
+            )
+    check_api_key_envs(cfg)
+    registry.trust(allowed)
+
+
+def check_api_key_envs(cfg: "RunConfig") -> None:
+    """Every ``api_key_env`` empty, ending in ``_API_KEY`` or listed in ``trust.api_key_envs``."""
+    for section in ("policy", "explore", "abstract"):
+        var = getattr(cfg, section).api_key_env
+        if var and not API_KEY_ENV.fullmatch(var) and var not in cfg.trust.api_key_envs:
+            raise ConfigError(
+                f"{section}.api_key_env: {var!r} is not an API-key variable: name one ending in '_API_KEY', "
+                "list it under trust.api_key_envs in the config file, or leave it empty (no key)"
+            )
+
+
+def check_config_path(path: str | Path) -> Path:
+    """``path`` resolved, if it lies in an allowed folder: the repository's ``configs/``, the
+    working directory's ``configs/``, or a folder of ``$COEVOLVE_CONFIG_DIRS``; else
+    ``ConfigError`` (naming the path, never its content). Flows call it on their ``config``."""
+    resolved = Path(path).expanduser().resolve()
+    extra = [Path(d).expanduser().resolve() for d in os.environ.get(CONFIG_DIRS_ENV, "").split(os.pathsep) if d]
+    allowed = [REPO_CONFIGS, (Path.cwd() / "configs").resolve(), *extra]
+    if not any(resolved.is_relative_to(d) for d in allowed):
+        raise ConfigError(
+            f"config {str(path)!r} is outside the allowed folders ({', '.join(map(str, allowed))}): put it in "
+            f"configs/ or add its folder to ${CONFIG_DIRS_ENV} on the worker"
+        )
+    if resolved.suffix not in (".yaml", ".yml"):
+        raise ConfigError(f"config {str(path)!r}: a run config is a .yaml or .yml file")
+    return resolved
+
+
 # --------------------------------------------------------------------------- the run
 @dataclass
 class RunConfig:
     run_name: str = _help("Name of the run; the store keeps runs apart by it.", "default")
     store: str = _help("Local directory or s3://bucket/prefix.", ".coevolve/store")
-    rounds: int = _help("Rounds of co-evolution.", 2)
-    seed: int = _help("Seed of everything random.", 0)
+    rounds: int = _help("Rounds of co-evolution.", 2, ge=1, le=10_000)
+    seed: int = _help("Seed of everything random.", 0, ge=0, le=2**32 - 1)
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -611,6 +751,7 @@ class RunConfig:
     ablate: AblateConfig = field(default_factory=AblateConfig)
     s3: S3Config = field(default_factory=S3Config)
     fanout: FanoutConfig = field(default_factory=FanoutConfig)
+    trust: TrustConfig = field(default_factory=TrustConfig)
 
     def check(self) -> "RunConfig":
         if self.rounds < 1:
@@ -634,6 +775,7 @@ class RunConfig:
                 f"eval.scenarios ({self.eval.scenarios}) exceeds the {n_held} held-out scenarios: "
                 "lower eval.scenarios (0 = all held out) or raise env.heldout_scenarios"
             )
+        check_trust(self)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -661,18 +803,45 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
         try:
-            data = yaml.safe_load(p.read_text()) or {}
+            data = yaml.safe_load(p.read_bytes().decode("utf-8")) or {}
+        except UnicodeDecodeError:
+            raise ConfigError(f"{p}: not a text file (a run config is UTF-8 YAML)") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+            raise ConfigError(f"{p}: not valid YAML: {yaml_error(exc)}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: the top level must be a mapping")
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    trusted = [k for k in overrides if k == "trust" or k.startswith("trust.")]
+    if trusted:
+        raise ConfigError(f"{trusted[0]}: trust is read from the config file only, never from an override")
     sections = data.pop(FOR_ENV, None)
-    for dotted, value in (overrides or {}).items():
-        if value is not None:
-            set_path(data, dotted, value)
+    from_file = data if sections is None else _with_env_section(data, sections, {})
+    data = copy.deepcopy(data)
+    for dotted, value in overrides.items():
+        set_path(data, dotted, value)
     if sections is not None:
-        data = _with_env_section(data, sections, overrides or {})
-    return build(RunConfig, data, "").check()
+        data = _with_env_section(data, sections, overrides)
+    try:
+        cfg = build(RunConfig, data, "")
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}" if path is not None else str(exc)) from None
+    check_api_key_envs(cfg)  # before an override's endpoint drops a key: a bad name is refused, not hidden
+    try:
+        file_cfg = build(RunConfig, from_file, "")
+    except ConfigError:  # the file alone does not build (an override fixes it): no endpoint of its own
+        file_cfg = RunConfig()
+    _drop_moved_keys(cfg, file_cfg)
+    return cfg.check()
+
+
+def _drop_moved_keys(cfg: RunConfig, from_file: RunConfig) -> None:
+    """An override that moves an endpoint (``policy``/``explore``/``abstract`` ``.base_url``)
+    away from the config file's drops that endpoint's API key (``api_key_env`` = ''): a key is
+    only ever sent to the endpoint the file names."""
+    for section in ("policy", "explore", "abstract"):
+        mine, theirs = getattr(cfg, section), getattr(from_file, section)
+        if mine.base_url.rstrip("/") != theirs.base_url.rstrip("/"):
+            mine.api_key_env = ""
 
 
 def _with_env_section(data: dict[str, Any], sections: Any, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -682,7 +851,8 @@ def _with_env_section(data: dict[str, Any], sections: Any, overrides: dict[str, 
     if not isinstance(sections, dict):
         raise ConfigError(f"{FOR_ENV}: expected a mapping of environment name -> settings")
     for env_name, section in sections.items():
-        where = f"{FOR_ENV}.{env_name}"
+        shown = env_name if re.fullmatch(r"[\w.:-]{1,64}", str(env_name)) else "(a key that is no environment name)"
+        where = f"{FOR_ENV}.{shown}"  # a key of the file is quoted only when it looks like a name
         if not isinstance(section, dict):
             raise ConfigError(f"{where}: expected a mapping of settings, got {type(section).__name__}")
         if "name" in (section.get("env") or {}):

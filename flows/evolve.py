@@ -29,7 +29,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import Field
 
-from coevolve.config import RunConfig
+from coevolve.config import RunConfig, check_config_path
 from coevolve.lineage import plan_lineage
 from coevolve.round import record_round, round_stages, run_stage
 from coevolve.store_open import open_run_store
@@ -160,7 +160,8 @@ def evolve(
 
     Args:
         config: Run config YAML, relative to the repository root the worker runs in
-            (e.g. configs/tiny.yaml). Empty = the embedded default (SmolLM2-135M on BFCL-V3,
+            (e.g. configs/tiny.yaml); only files in configs/ or a folder of the worker's
+            $COEVOLVE_CONFIG_DIRS are read. Empty = the embedded default (SmolLM2-135M on BFCL-V3,
             2 rounds, store .coevolve/store, run name "default"; several minutes a round on
             2 CPU cores).
         rounds_per_run: Rounds this run adds after the lineage's last finished round
@@ -171,8 +172,12 @@ def evolve(
         run_name: Name of the lineage in the store (letters, digits, '.', '_', '-').
             Empty = the config's `run_name`.
         overrides: Any other config field by dotted key, e.g. {"train.steps": 4,
-            "explore.explorer": "random"}. Empty = the config file as it is.
+            "explore.explorer": "random"}. Empty = the config file as it is. Data, never
+            code: a 'module:attr' plug-in must be trusted by the config file (trust.plugins),
+            `trust` cannot be overridden, and an overridden endpoint (base_url) gets no API key.
     """
+    if config.strip():  # a form field: only a config of an allowed folder, named, never quoted
+        check_config_path(config.strip())
     log = get_run_logger()
     cfg, rounds = plan_lineage(config, rounds_per_run, store, run_name, overrides)
     busy = lineage_in_progress(cfg)

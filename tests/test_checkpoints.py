@@ -95,3 +95,26 @@ def test_incomplete_remote_checkpoint_is_an_error(tmp_path, monkeypatch, s3_endp
         materialize(store, cfg, ref)
     with pytest.raises(CheckpointError, match="missing"):
         materialize(Store(str(tmp_path / "empty")), cfg, "checkpoints/nightly/round=3")
+
+
+def test_cached_checkpoint_is_revalidated_when_the_store_copy_changes(tmp_path, monkeypatch, s3_endpoint, s3_bucket):
+    """Issue 29: a cached copy marked complete was used forever; now it is compared with the
+    store's listing (key, size, mtime) and downloaded again when the store's copy changed."""
+    monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path / "cache"))
+    cfg = _cfg(f"s3://{s3_bucket}/reval", 1, endpoint=s3_endpoint)
+    store = Store(cfg.store, endpoint_url=s3_endpoint)
+    ref = publish(store, cfg, "nightly", 1, seeded_trainer(store, cfg, "nightly", 1, "tiny", []).checkpoint)
+    monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path / "machine-2"))
+    first = materialize(store, cfg, ref)
+    assert load_file(f"{first}/model.safetensors")["w"][0, 0].item() == 1.0
+    assert materialize(store, cfg, ref) == first  # unchanged: the cache serves it
+    # the store's copy is replaced behind the cache's back (a republish, or an overwrite)
+    newer = tmp_path / "newer.safetensors"
+    save_file({"w": torch.full((8, 8), 7.0)}, str(newer))
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.upload_file(str(newer), s3_bucket, f"reval/{ref}/model.safetensors")
+    again = materialize(store, cfg, ref)
+    assert load_file(f"{again}/model.safetensors")["w"][0, 0].item() == 7.0
+    s3.delete_object(Bucket=s3_bucket, Key=f"reval/{ref}/_COMPLETE")
+    with pytest.raises(CheckpointError, match="incomplete"):  # cached, but no longer complete in the store
+        materialize(store, cfg, ref)

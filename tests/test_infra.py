@@ -1,6 +1,8 @@
-"""The deployable stack in infra/ (issue 15): the compose file validates, and a Prefect server on a
-real PostgreSQL (Debian's package, on loopback) with the compose file's settings runs one tiny
-round through the nightly deployment.
+"""The deployable stack in infra/ (issue 15): the compose file validates, compose's own resolution
+of it is closed by default (issue 29: loopback ports, no default secret, Prefect's auth string, the
+worker not MinIO's root), and a Prefect server on a real PostgreSQL (Debian's package, on loopback)
+with the compose file's settings runs one tiny round through the nightly deployment. The same
+checks without docker-compose: tests/test_security_stack.py.
 
 Needs PostgreSQL's server binaries (`apt-get install postgresql`; `make setup` does it) and
 docker-compose (Debian's `docker-compose`) for the validation; without them the tests are
@@ -12,7 +14,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 import yaml
 from prefect_helpers import FAST, running_prefect_server
 
+from coevolve.bench.security.stack import compose_config, compose_problems, interpolate, throwaway_env
 from coevolve.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,8 +51,8 @@ def _compose_cmd() -> list[str] | None:
 
 
 def _interpolate(value: str, env: dict[str, str]) -> str:
-    """Compose's ${VAR:-default} interpolation."""
-    return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", lambda m: env.get(m.group(1)) or (m.group(2) or ""), value)
+    """Compose's interpolation, with the stack's required secrets set to throwaway values."""
+    return interpolate(value, {**throwaway_env(), **env})
 
 
 def test_compose_file_validates_and_names_every_service():
@@ -64,14 +66,46 @@ def test_compose_file_validates_and_names_every_service():
         assert doc["apiVersion"] == "ray.io/v1" and doc["kind"] in ("RayCluster", "RayJob")
     cmd = _compose_cmd()
     _need("docker-compose (or docker compose)", cmd is not None)
-    done = subprocess.run([*cmd, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, **throwaway_env()}
+    done = subprocess.run(
+        [*cmd, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, env=env
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     broken = COMPOSE.read_text().replace("    image: postgres:15\n", "    image: postgres:15\n    bogus_key: 1\n")
     with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=COMPOSE.parent) as f:
         f.write(broken)
         f.flush()
-        bad = subprocess.run([*cmd, "-f", f.name, "config", "-q"], capture_output=True, text=True, timeout=60)
+        bad = subprocess.run([*cmd, "-f", f.name, "config", "-q"], capture_output=True, text=True, timeout=60, env=env)
     assert bad.returncode != 0  # the validation can fail
+
+
+def test_compose_resolved_by_compose_is_closed_by_default(tmp_path):
+    """Issue 29, read from what compose itself makes of the file: no port beyond loopback, Prefect's
+    auth string set on the server and sent by the worker, the worker's S3 user not MinIO's root;
+    and without the secrets compose refuses the file (no default secret)."""
+    _need("docker-compose (or docker compose)", _compose_cmd() is not None)
+    done = compose_config(throwaway_env(), tmp_path)
+    assert done.returncode == 0, done.stderr
+    resolved = yaml.safe_load(done.stdout)
+    assert compose_problems(resolved) == []
+    server = resolved["services"]["prefect-server"]["environment"]
+    worker = resolved["services"]["worker-cpu"]["environment"]
+    assert (
+        server["PREFECT_SERVER_API_AUTH_STRING"] == worker["PREFECT_API_AUTH_STRING"] == "admin:prefect-test-password"
+    )
+    assert (
+        worker["AWS_ACCESS_KEY_ID"]
+        == "worker-test-user"
+        != resolved["services"]["minio"]["environment"]["MINIO_ROOT_USER"]
+    )
+    for name, service in resolved["services"].items():
+        for port in service.get("ports") or []:
+            assert (port.get("host_ip") if isinstance(port, dict) else str(port).split(":")[0]) == "127.0.0.1", name
+    opened = compose_config({**throwaway_env(), "COEVOLVE_BIND": "0.0.0.0"}, tmp_path)
+    assert any("every interface" in p or "0.0.0.0" in p for p in compose_problems(yaml.safe_load(opened.stdout)))
+    for missing in throwaway_env():
+        bare = compose_config({k: v for k, v in throwaway_env().items() if k != missing}, tmp_path)
+        assert bare.returncode != 0 and missing in bare.stderr, missing
 
 
 def _pg_bin() -> Path | None:

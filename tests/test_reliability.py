@@ -50,6 +50,7 @@ def test_kill_points_cover_every_stage_in_order():
 
 def test_kill_and_resume_keeps_every_row(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the children import chaos_plugins
+    monkeypatch.setenv("COEVOLVE_PLUGINS", CHEAP_RUN["train.backend"])  # a path the operator trusts (issue 29)
     cc = CampaignConfig(config="configs/tiny.yaml", overrides=CHEAP_RUN, rounds=1, kills=2, run_timeout_s=300)
     # services other tests of the session started (Prefect's harness) are not the campaign's
     before = {p.pid for p in psutil.Process().children(recursive=True)}

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
-import yaml
 from rich.console import Console
 
 from coevolve.store import Store, StoreError
@@ -27,13 +26,19 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def parse_sets(pairs: list[str], prefix: str = "") -> dict[str, Any]:
-    """``--set KEY=VALUE`` options as dotted overrides (values parsed as YAML scalars)."""
+    """``--set KEY=VALUE`` options as dotted overrides (values parsed as YAML scalars); a value
+    that is not valid YAML exits with one line naming its key."""
+    from coevolve.config_yaml import ConfigError, parse_override
+
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             fail(f"--set expects KEY=VALUE (e.g. {prefix or 'train.'}steps=4), got {pair!r}")
-        out[f"{prefix}{key}"] = yaml.safe_load(value)
+        try:
+            out[f"{prefix}{key}"] = parse_override(f"{prefix}{key}", value)
+        except ConfigError as exc:
+            fail(f"--set {exc}")
     return out
 
 
@@ -47,14 +52,34 @@ def load_config_or_fail(config: str | None, overrides: dict[str, Any]):
         fail(str(exc))
 
 
+def local_store_problem(uri: str) -> str | None:
+    """Why the local store ``uri`` cannot be a directory (it, or a folder above it, is a file);
+    None when it can. S3 stores are checked by ``Store.check_reachable``."""
+    if uri.startswith("s3://"):
+        return None
+    path = Path(uri).expanduser()
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                what = "is a file" if p == path else f"lies under {p}, which is a file"
+                return f"store {uri} {what}: give a directory (new or existing) for --store"
+            return None
+    return None
+
+
 def preflight(config: str | None, overrides: dict[str, Any]):
-    """Load and check everything that can be checked before anything is written:
-    the config, the plug-in names it uses, and that the store is reachable."""
+    """Load and check everything that can be checked before anything is written or started:
+    the config (types, ranges, trusted plug-ins), the plug-in names it uses, that a local
+    store is a directory, and that the store is reachable (S3 within the configured ``s3.*``
+    timeouts and attempts)."""
     from coevolve.config import ConfigError
     from coevolve.registry import check_plugins
     from coevolve.store_open import open_run_store
 
     cfg = load_config_or_fail(config, overrides)
+    problem = local_store_problem(cfg.store)
+    if problem:
+        fail(problem)
     try:
         check_plugins(cfg)
         open_run_store(cfg)

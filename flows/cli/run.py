@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Callable, Iterator
 
 import typer
@@ -260,6 +261,11 @@ def run(
     """Run, or resume, co-evolution rounds (Prefect flow); ends with a per-round summary."""
     overrides = {"rounds": rounds, "store": store, "run_name": run_name, **parse_sets(set_)}
     cfg = preflight(config, overrides)
+    if config:  # the flow reads configs only from allowed folders; the CLI's user chose this one
+        from coevolve.config import CONFIG_DIRS_ENV
+
+        folders = [str(Path(config).expanduser().resolve().parent), os.environ.get(CONFIG_DIRS_ENV, "")]
+        os.environ[CONFIG_DIRS_ENV] = os.pathsep.join(f for f in folders if f)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
