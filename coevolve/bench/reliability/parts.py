@@ -268,7 +268,9 @@ def torn_writes_scenario(cc: CampaignConfig, work: Path, log: Callable[[str], No
     # each run of the chain dies after a random number of its own steps: about two kills per
     # reference run's worth of steps, so the chain advances and its resumes rewrite parts
     span = max(2, 2 * len(ops) // max(1, cc.kills))
-    points = [{"op": rng.randrange(span), "when": rng.choice(["before", "after"])} for _ in range(cc.kills)]
+    points: list[dict[str, Any]] = [
+        {"op": rng.randrange(span), "when": rng.choice(["before", "after"])} for _ in range(cc.kills)
+    ]
     store_dir = work / "torn-chaos"
     for i, point in enumerate(points):
         point["report"] = str(work / f"torn-{i}.json")
