@@ -440,6 +440,7 @@ class Store(PoolCommits):
         Parquet files as they are (sizes, no checksums), then mark the store as recording."""
         if self._manifests_on():
             return
+        self._warned = True  # no "older store" warning: this is the write that records its parts
         adopted = 0
         for table in TABLES:
             catalog = self._catalog(table)  # only partitions without a manifest are unrecorded here

@@ -198,7 +198,8 @@ def connect_count(store: Any, table: str) -> int:
 # ----------------------------------------------------------------------------- torn writes
 class _TornHook:
     """In a child run: counts the store's internal write steps and markers; SIGKILLs itself at
-    the target (``{"op": n, "when": "before" | "after"}``)."""
+    the target (``{"op": n, "when": "before" | "after", "name": None or a step's name}``): at
+    the first step (of that name) from the ``n``-th on."""
 
     OPS = ("_put_file", "_update_manifest", "_delete_quietly", "mark_stage")
 
@@ -225,7 +226,7 @@ class _TornHook:
 
     def _maybe_die(self, when: str, name: str) -> None:
         t = self.target
-        if t is not None and t["when"] == when and self.n >= t["op"]:
+        if t is not None and t["when"] == when and self.n >= t["op"] and t.get("name") in (None, name):
             Path(t["report"]).write_text(json.dumps({"op": self.n, "name": name, "when": when}))
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -266,11 +267,22 @@ def torn_writes_scenario(cc: CampaignConfig, work: Path, log: Callable[[str], No
     reference = table_keys(Store(str(ref)))
     rng = random.Random(cc.seed)
     # each run of the chain dies after a random number of its own steps: about two kills per
-    # reference run's worth of steps, so the chain advances and its resumes rewrite parts
+    # reference run's worth of steps, so the chain advances and its resumes rewrite parts. The
+    # first four points each wait for a kind of step, so that every kind is hit: a marker (just
+    # before it: the stage's parts are all recorded), then the resume's rewrite deleting a part's
+    # old file, then a part's file and a manifest update
     span = max(2, 2 * len(ops) // max(1, cc.kills))
-    points: list[dict[str, Any]] = [
-        {"op": rng.randrange(span), "when": rng.choice(["before", "after"])} for _ in range(cc.kills)
-    ]
+    kinds = [("mark_stage", "before"), ("_delete_quietly", None), ("_put_file", None), ("_update_manifest", None)]
+    points: list[dict[str, Any]] = []
+    for i in range(cc.kills):
+        name, when = kinds[i] if i < len(kinds) else (None, None)
+        points.append(
+            {
+                "op": 0 if name == "_delete_quietly" else rng.randrange(span),
+                "when": when or rng.choice(["before", "after"]),
+                "name": name,
+            }
+        )
     store_dir = work / "torn-chaos"
     for i, point in enumerate(points):
         point["report"] = str(work / f"torn-{i}.json")
@@ -303,6 +315,8 @@ def torn_writes_scenario(cc: CampaignConfig, work: Path, log: Callable[[str], No
     res.rows_lost, res.rows_duplicated, notes = compare_keys(reference, table_keys(chaos))
     res.corrupt_versions, more = corrupt_versions(chaos)
     res.notes += notes + more + chaos.verify()
-    kinds = sorted({json.loads(Path(p["report"]).read_text())["name"] for p in points if Path(p["report"]).exists()})
-    res.notes.append(f"{len(ops)} write steps and markers in the run; kinds hit: {', '.join(kinds)}")
+    kinds_hit = sorted(
+        {json.loads(Path(p["report"]).read_text())["name"] for p in points if Path(p["report"]).exists()}
+    )
+    res.notes.append(f"{len(ops)} write steps and markers in the run; kinds hit: {', '.join(kinds_hit)}")
     return res
