@@ -397,3 +397,19 @@ def test_local_writes_are_fsynced_before_the_rename_and_before_the_marker(tmp_pa
     marked = at("rename", marker)
     assert at("fsync", partition, recorded) < marked < at("fsync", marker.rsplit("/", 1)[0], marked)
     assert any(e[0] == "fsync" and e[1].startswith(f"{marker}.") for e in events[:marked])
+
+
+def test_delete_parts_unrecords_then_removes_files_and_strays_of_the_prefix(store):
+    import pyarrow.parquet as pq
+
+    from coevolve.schemas import to_table
+
+    for part in ("r-train-s0001", "r-train-s0002", "r-eval"):
+        store.write("rollouts", 1, part, [{"run_id": part, "task_id": "t", "step": 0}])
+    stray = f"{store.table_dir('rollouts')}/round=1/r-train-s0003.parquet"  # a crashed write's file
+    pq.write_table(to_table("rollouts", [{"run_id": "stray"}]), stray, filesystem=store.fs)
+    assert store.delete_parts("rollouts", 1, "r-train-s") == 3
+    assert store.read("rollouts").column("run_id").to_pylist() == ["r-eval"]
+    assert not store.has_part("rollouts", 1, "r-train-s0001") and store.has_part("rollouts", 1, "r-eval")
+    names = [i.path.rsplit("/", 1)[-1] for i in store._list(f"{store.table_dir('rollouts')}/round=1")]
+    assert [n for n in names if n.startswith("r-train-s")] == []
