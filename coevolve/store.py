@@ -359,6 +359,7 @@ class Store(PoolCommits):
         sizes = {i.path: i.size for i in infos}
         directories = sorted({i.path.rsplit("/", 1)[0] for i in infos if i.path.endswith((".parquet", f"/{MANIFEST}"))})
         out: dict[str, tuple[str, dict | None]] = {}
+        older: bool | None = None  # an older store (asked once, at its first partition without a manifest)
         for directory in directories:
             partition = directory[len(base) + 1 :]
             if "/" in partition or not partition.startswith("round="):
@@ -372,11 +373,24 @@ class Store(PoolCommits):
                         f"table {table}: manifest {self._shown(f'{directory}/{MANIFEST}')} is not valid JSON "
                         f"({_first_line(exc)}); restore it from a copy of the store"
                     ) from None
-                for part, entry in sorted((doc[0]["parts"] if doc else {}).items()):
-                    path = f"{directory}/{entry['file']}"
+                try:
+                    recorded = sorted((doc[0]["parts"] if doc else {}).items())
+                    files = [
+                        (part, f"{directory}/{entry['file']}", entry, int(entry["size"])) for part, entry in recorded
+                    ]
+                except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                    raise CorruptPartError(
+                        f"table {table}: manifest {self._shown(f'{directory}/{MANIFEST}')} is not a part manifest "
+                        f"({type(exc).__name__}: {_first_line(exc)}); restore it from a copy of the store"
+                    ) from None
+                for part, path, entry, _ in files:
                     self._check_part(table, path, entry, sizes.get(path))
                     out[f"{partition}/{part}"] = (path, entry)
-            elif not self._manifests_on():
+            else:
+                if older is None:
+                    older = not self._manifests_on()
+                if not older:
+                    continue  # a partition no write recorded: never read
                 self._warn_older()
                 for path in sorted(p for p in sizes if p.startswith(f"{directory}/") and p.endswith(".parquet")):
                     if "/" not in path[len(directory) + 1 :]:

@@ -413,3 +413,12 @@ def test_delete_parts_unrecords_then_removes_files_and_strays_of_the_prefix(stor
     assert not store.has_part("rollouts", 1, "r-train-s0001") and store.has_part("rollouts", 1, "r-eval")
     names = [i.path.rsplit("/", 1)[-1] for i in store._list(f"{store.table_dir('rollouts')}/round=1")]
     assert [n for n in names if n.startswith("r-train-s")] == []
+
+
+@pytest.mark.parametrize("body", [b'{"parts": {"run": {"fi', b'{"parts": {"run": {"file": "x"}}}', b"[1, 2]"])
+def test_a_damaged_manifest_is_one_clear_error(store, body):
+    store.write("signals", 1, "run", [{"run_id": "a", "signal_id": "x"}])
+    manifest = f"{store.table_dir('signals')}/round=1/_manifest.json"
+    _put(store, manifest, body)
+    with pytest.raises(StoreError, match=r"table signals: manifest .*_manifest.json is not"):
+        store.read("signals")
