@@ -48,7 +48,6 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from coevolve.schemas import TABLES, to_table
 from coevolve.store_errors import ConcurrentCommitError, StoreError
@@ -89,8 +88,9 @@ class PoolCommits:
         def table_dir(self, table: str) -> str: ...
         def write(self, table: str, round_no: int, part: str, rows: list[dict] | pa.Table) -> int: ...
         def has_part(self, table: str, round_no: int, part: str) -> bool: ...
-        def _part_path(self, table: str, round_no: int, part: str) -> str: ...
-        def _exists(self, path: str) -> bool: ...
+        def delete_parts(self, table: str, round_no: int, prefix: str) -> int: ...
+        def part_paths(self, table: str, refs: list[str]) -> list[str]: ...
+        def read_files(self, table: str, files: list[str], schema: pa.Schema) -> pa.Table: ...
         def _list(self, path: str, recursive: bool = False) -> Iterator[pafs.FileInfo]: ...
 
     def latest_pool(self) -> PoolVersion | None:
@@ -225,7 +225,11 @@ class PoolCommits:
                 continue
             m = PoolVersion(**doc[0])
             same = (m.parent, m.run_id, m.round, m.added, m.removed) == (current, run_id, round_no, added, removed)
-            if same and all(self._exists(f"{self.table_dir('tasks')}/{f}.parquet") for f in m.task_files):
+            if same:
+                try:
+                    self.part_paths("tasks", m.task_files)  # every task file present and intact
+                except StoreError:
+                    continue
                 return m
         return None
 
@@ -251,8 +255,8 @@ class PoolCommits:
     def _drop_part(self, round_no: int, part: str, new_tasks: list[dict]) -> None:
         if new_tasks:
             try:
-                self.fs.delete_file(self._part_path("tasks", round_no, part))
-            except (FileNotFoundError, OSError):
+                self.delete_parts("tasks", round_no, part)  # the part's name is unique to this attempt
+            except (StoreError, OSError):
                 pass  # a stray part is never read: no manifest lists it
 
     def finish_commit(self, manifest: PoolVersion) -> PoolVersion:
@@ -282,8 +286,8 @@ class PoolCommits:
         seen: dict[str, None] = {}
         for v in self.committed():
             for f in v.task_files:
-                seen.setdefault(f"{self.table_dir('tasks')}/{f}.parquet", None)
-        return list(seen)
+                seen.setdefault(f, None)
+        return self.part_paths("tasks", list(seen)) if seen else []
 
     def pool_tasks(self, version: PoolVersion | int | None = None) -> pa.Table:
         """The ``tasks`` rows of a pool version (default: the latest), in manifest order."""
@@ -291,8 +295,8 @@ class PoolCommits:
             version = self.latest_pool() if version is None else self.pool_version(version)
         if version is None:
             return to_table("tasks", [])
-        files = [f"{self.table_dir('tasks')}/{f}.parquet" for f in version.task_files]
-        table = ds.dataset(files, schema=TABLES["tasks"], filesystem=self.fs, format="parquet").to_table()
+        files = self.part_paths("tasks", version.task_files)
+        table = self.read_files("tasks", files, TABLES["tasks"])
         index = {t: i for i, t in enumerate(version.task_ids)}
         # a task removed and added again sits in two files: the later file holds its row
         last = {t: i for i, t in enumerate(table.column("task_id").to_pylist())}

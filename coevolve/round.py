@@ -13,7 +13,9 @@ this module only decides what each stage reads, records a completion marker in t
 once the stage's outputs are written (``runs/<run>/round=<r>/<stage>.json``), and skips a
 stage whose marker exists. Stage outputs are written to deterministically named parts,
 so a stage interrupted half-way simply runs again and overwrites: a rerun never
-duplicates rows. Prefect flows (``flows/``) call ``round_stages``, ``run_stage`` and ``record_round``.
+duplicates rows. The marker is written only after the stage's parts are written and recorded
+in their manifests, each fsynced first on a local store (``coevolve.store``), so a durable
+marker never sits beside a part that is not. Prefect flows (``flows/``) call ``round_stages``, ``run_stage`` and ``record_round``.
 Stages announce themselves ("start", "done", "skip") on the event bus of ``coevolve.events``.
 """
 

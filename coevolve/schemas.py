@@ -1,8 +1,9 @@
 """Arrow schemas of every table coevolve writes: the contract between stages.
 
-Every table is stored as hive-partitioned Parquet, ``tables/<name>/round=<r>/<part>.parquet``;
-the ``round`` column lives in the partition path, so it is *not* part of the file schemas
-below (readers add it back). JSON-valued columns are UTF-8 strings holding JSON text, so
+Every table is stored as hive-partitioned Parquet,
+``tables/<name>/round=<r>/<part>.<token>.parquet`` (the parts each partition's manifest
+records, see ``coevolve.store``); the ``round`` column lives in the partition path, so it is
+*not* part of the file schemas below (readers add it back). JSON-valued columns are UTF-8 strings holding JSON text, so
 DuckDB can read them with ``json_extract``.
 
 Grain of each table:

@@ -7,7 +7,8 @@ S3 is read through the store's own pyarrow filesystem registered with DuckDB (ht
 cannot be downloaded offline), so the same credentials and endpoint apply everywhere.
 SQL files that take values use DuckDB named parameters (``$run_id``); ``run_sql_file``
 runs one of them. For notebooks, ``query(store, sql)`` returns a polars DataFrame and
-``scan(store, table)`` a polars LazyFrame over one table. ``connect(store, read_only=True)``
+``scan(store, table)`` a polars LazyFrame over one table. Every reader here reads exactly the
+files the store's part manifests record (``Store.table_files``): strays are never read. ``connect(store, read_only=True)``
 with ``check_read_only(sql)`` is the ``coevolve sql`` shell's surface: reads of the store only.
 """
 
@@ -86,13 +87,12 @@ def connect(
     con = duckdb.connect(config=config)
     if store.is_s3:
         con.register_filesystem(_s3_wrapper(store))
+    scheme = "s3://" if store.is_s3 else ""
     for table in TABLES:
-        if table == "tasks":  # exactly the files committed pool manifests list
-            scheme = "s3://" if store.is_s3 else ""
-            files = [_quote(scheme + f) for f in store.table_files(table)]
-            source = f"[{', '.join(files)}]" if files else ""
-        else:
-            source = _quote(f"{store.table_uri(table)}/*/*.parquet") if _has_files(store, table) else ""
+        # exactly the recorded files (tasks: those committed pool manifests list), each checked:
+        # strays and foreign files are never read, a damaged part raises CorruptPartError
+        files = store.table_files(table)
+        source = f"[{', '.join(_quote(scheme + f) for f in files)}]" if files else ""
         # every view has every column of the table's schema, in its order: files written before a
         # column was added read it as null (union by name with an empty table of the schema)
         empty = TABLES[table].append(pa.field("round", pa.int32())).empty_table()
@@ -102,7 +102,10 @@ def connect(
             head = f"create or replace view {table} as"
             if head not in view:
                 raise RuntimeError(f"sql/views/{table}.sql must define its view with '{head} ...'")
-            con.execute(view.replace(head, f"create or replace view _{table}_files as", 1))
+            try:  # DuckDB reads every file's footer here: a part that is not Parquet fails now
+                con.execute(view.replace(head, f"create or replace view _{table}_files as", 1))
+            except duckdb.Error as exc:
+                raise store.unreadable(table, files, exc) from None
             con.execute(
                 f"create or replace view {table} as select * from _{table}_empty union all by name select * from _{table}_files"
             )
@@ -120,10 +123,6 @@ def _s3_wrapper(store: Store) -> Any:
         protocol = "s3"  # DuckDB routes s3:// paths to the filesystem with this protocol
 
     return S3ArrowFS(store.fs)
-
-
-def _has_files(store: Store, table: str) -> bool:
-    return any(i.path.endswith(".parquet") for i in store._list(store.table_dir(table), recursive=True))
 
 
 def run_sql_file(con: duckdb.DuckDBPyConnection, relpath: str, **params: Any) -> duckdb.DuckDBPyRelation:
@@ -153,7 +152,8 @@ def scan(store: Store, table: str) -> "pl.LazyFrame":
 
     if table not in TABLES:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
-    if not _has_files(store, table):
+    files = store.table_files(table)
+    if not files:
         return pl.from_arrow(TABLES[table].append(pa.field("round", pa.int32())).empty_table()).lazy()
     options = None
     if store.is_s3:
@@ -171,7 +171,7 @@ def scan(store: Store, table: str) -> "pl.LazyFrame":
             if v
         }
     return pl.scan_parquet(
-        f"{store.table_uri(table)}/**/*.parquet",
+        [f"s3://{f}" if store.is_s3 else f for f in files],
         hive_partitioning=True,
         hive_schema={"round": pl.Int32},
         storage_options=options,

@@ -2,17 +2,37 @@
 
 Layout under the root (a local directory or ``s3://bucket/prefix``)::
 
-    tables/<table>/round=<r>/<part>.parquet   # rows; <part> names are deterministic, so a
-                                              # rerun overwrites instead of duplicating
-    tables/tasks/round=<r>/pool-v<n>-<run>-<attempt>.parquet
+    tables/<table>/round=<r>/<part>.<token>.parquet
+                                              # rows of one write of part <part>; every write
+                                              # gets a fresh file, so a recorded file never changes
+    tables/<table>/round=<r>/_manifest.json   # the parts of this table and round: part -> file,
+                                              # size, sha256, rows (what readers read)
+    tables/_manifests.json                    # this store records its parts (see "older stores")
+    tables/tasks/round=<r>/pool-v<n>-<run>-<attempt>.<token>.parquet
                                               # the new tasks of one commit attempt
     pool/v000003.json                          # immutable manifest of pool version 3
     pool/LATEST                                # pointer, moved only by compare-and-swap
     runs/<run_id>/round=<r>/<stage>.json       # stage completion markers (resume)
     checkpoints/<run_id>/round=<r>/            # the round's trained policy (coevolve.checkpoints)
 
-Writes are atomic: local files are written to a temporary name and renamed; S3 objects
-appear whole.
+Writing a part (``write``): the Parquet bytes go to a new file (locally: a temporary name,
+fsynced, renamed, the directory fsynced; on S3 one PUT), then the partition's manifest records
+it by compare-and-swap, then the part's previous file, if any, is deleted. Part names are
+deterministic, so a rerun replaces a part instead of duplicating it. A crash before the manifest
+update leaves a stray file no manifest lists; after it, the new file is the part. Stage markers
+(``mark_stage``) are JSON documents written (and fsynced) after the stage's data, so a durable
+marker always sits beside durable, recorded parts.
+
+Reading (``read``, ``table_files``, the DuckDB views of ``coevolve.sql``): only the files the
+manifests record. Strays (a crashed write, a file dropped in by hand, a foreign-schema file) are
+ignored. A recorded file that is missing, of another size than recorded, or not Parquet (a
+zero-filled file) is a ``StoreError`` naming the table and the path. ``verify`` also checks every
+recorded file's sha256.
+
+Older stores (written before manifests) have no ``tables/_manifests.json``: readers read every
+Parquet file of their partitions, as before, and log a warning once. The first write to such a
+store adopts them: each partition without a manifest gets one listing its files as they are, then
+the marker is written; from then on only recorded files are read.
 
 Pool versions (``pool/``) are read and committed by ``coevolve.pool_commit``, whose
 docstring is the commit protocol: what each step writes and what a crash between them leaves.
@@ -24,9 +44,13 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
+import random
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -38,9 +62,27 @@ import pyarrow.parquet as pq
 
 from coevolve.pool_commit import PoolCommits
 from coevolve.schemas import TABLES, to_table
-from coevolve.store_errors import ConcurrentCommitError, StoreError
+from coevolve.store_errors import ConcurrentCommitError, CorruptPartError, StoreError
 
-__all__ = ["ConcurrentCommitError", "S3Client", "Store", "StoreError", "open_store"]
+__all__ = ["ConcurrentCommitError", "CorruptPartError", "S3Client", "Store", "StoreError", "open_store"]
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "_manifest.json"  # per table and round: the recorded parts
+FORMAT_KEY = "tables/_manifests.json"  # present once a store records its parts
+
+
+def _first_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a rename or a new entry in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _s3_settings(endpoint_url: str = "", region: str = "") -> dict[str, str]:
@@ -90,6 +132,8 @@ class Store(PoolCommits):
         self.uri = uri.rstrip("/")
         client = client or S3Client()
         self._lock = threading.Lock()
+        self._recording = False  # the store records its parts (cached once seen)
+        self._warned = False  # the older-store warning was logged
         if self.uri.startswith("s3://"):
             bucket_and_prefix = self.uri[len("s3://") :]
             self.bucket, _, self.prefix = bucket_and_prefix.partition("/")
@@ -148,42 +192,88 @@ class Store(PoolCommits):
         d = self.table_dir(table)
         return f"s3://{d}" if self.is_s3 else d
 
-    def _part_path(self, table: str, round_no: int, part: str) -> str:
-        return f"{self.table_dir(table)}/round={int(round_no)}/{part}.parquet"
+    def _partition(self, table: str, round_no: int) -> str:
+        return f"{self.table_dir(table)}/round={int(round_no)}"
 
     def write(self, table: str, round_no: int, part: str, rows: list[dict] | pa.Table) -> int:
         """Write ``rows`` as part ``part`` of ``table`` in partition ``round``; replaces a
-        part of the same name (so reruns never duplicate). Returns the row count."""
+        part of the same name (so reruns never duplicate). Returns the row count.
+
+        The rows go to a new file (fsynced, with its directory, before and after the rename),
+        the partition's manifest then records it (compare-and-swap), then the part's previous
+        file is deleted: at every point readers see either the old part or the new one."""
         data = to_table(table, rows)
-        path = self._part_path(table, round_no, part)
-        self._mkdir(path.rsplit("/", 1)[0])
-        if self.is_s3:
-            pq.write_table(data, path, filesystem=self.fs, compression="zstd")
-        else:
-            tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-            pq.write_table(data, tmp, compression="zstd")
-            os.replace(tmp, path)
+        self._adopt_older_parts()
+        sink = pa.BufferOutputStream()
+        pq.write_table(data, sink, compression="zstd")
+        body = sink.getvalue().to_pybytes()
+        directory = self._partition(table, round_no)
+        name = f"{part}.{uuid.uuid4().hex[:16]}.parquet"
+        self._put_file(f"{directory}/{name}", body)
+        entry = {"file": name, "size": len(body), "sha256": hashlib.sha256(body).hexdigest(), "rows": data.num_rows}
+
+        def record(parts: dict[str, Any]) -> bool:
+            parts[part] = entry
+            return True
+
+        before = self._update_manifest(table, round_no, record)
+        previous = before.get(part)
+        if previous and previous["file"] != name:
+            self._delete_quietly(f"{directory}/{previous['file']}")
         return data.num_rows
 
     def has_part(self, table: str, round_no: int, part: str) -> bool:
-        return self._exists(self._part_path(table, round_no, part))
+        """Whether ``part`` of ``table``/``round`` is recorded (in an older store: its file exists)."""
+        doc = self._get_manifest(table, round_no)
+        if doc is not None:
+            return part in doc["parts"]
+        return not self._manifests_on() and self._exists(f"{self._partition(table, round_no)}/{part}.parquet")
 
     def delete_parts(self, table: str, round_no: int, prefix: str) -> int:
-        """Delete parts of ``table``/``round`` whose name starts with ``prefix``."""
+        """Delete the parts of ``table``/``round`` whose name starts with ``prefix`` (first from
+        the manifest, then their files, and stray files of such parts too); returns the number
+        of files deleted."""
+        self._adopt_older_parts()
+        directory = self._partition(table, round_no)
+
+        def drop(parts: dict[str, Any]) -> bool:
+            gone = [k for k in parts if k.startswith(prefix)]
+            for k in gone:
+                del parts[k]
+            return bool(gone)
+
+        if self._get_manifest(table, round_no) is not None:
+            self._update_manifest(table, round_no, drop)
         n = 0
-        for info in self._list(f"{self.table_dir(table)}/round={int(round_no)}"):
+        for info in self._list(directory):
             name = info.path.rsplit("/", 1)[-1]
             if name.startswith(prefix) and name.endswith(".parquet"):
-                self.fs.delete_file(info.path)
+                self._delete_quietly(info.path)
                 n += 1
         return n
 
     def table_files(self, table: str) -> list[str]:
-        """The Parquet files a reader of ``table`` reads: for ``tasks``, exactly the files
-        committed pool manifests list (a crashed or losing commit's part is never read)."""
+        """The Parquet files a reader of ``table`` reads: the files the table's manifests record,
+        each checked (present, of its recorded size, Parquet); for ``tasks``, of those exactly the
+        files committed pool manifests list (a crashed or losing commit's part is never read).
+        A damaged recorded part raises ``CorruptPartError`` naming the table and the path."""
         if table == "tasks":
             return self.committed_task_files()
-        return [i.path for i in self._list(self.table_dir(table), recursive=True) if i.path.endswith(".parquet")]
+        return [path for path, _ in self._catalog(table).values()]
+
+    def part_paths(self, table: str, refs: list[str]) -> list[str]:
+        """The checked files of parts named ``round=<r>/<part>`` (as pool manifests name them)."""
+        catalog = self._catalog(table)
+        out = []
+        for ref in refs:
+            if ref not in catalog:
+                raise CorruptPartError(
+                    f"table {table}: part {ref} is listed by a committed pool version but not recorded in "
+                    f"{self.uri}/tables/{table}/{ref.split('/')[0]}/{MANIFEST} (its file or manifest is gone); "
+                    "restore them from a copy of the store"
+                )
+            out.append(catalog[ref][0])
+        return out
 
     def read(self, table: str, filter: Any = None, columns: list[str] | None = None) -> pa.Table:
         """Read a whole table (with its ``round`` column) or an empty table of its schema.
@@ -195,15 +285,237 @@ class Store(PoolCommits):
         if not files:
             empty = schema.empty_table()
             return empty.select(columns) if columns else empty
-        dataset = ds.dataset(
-            files,
-            schema=schema,
-            filesystem=self.fs,
-            format="parquet",
-            partitioning=ds.partitioning(pa.schema([("round", pa.int32())]), flavor="hive"),
-            partition_base_dir=self.table_dir(table),
-        )
-        return dataset.to_table(filter=filter, columns=columns)
+        return self.read_files(table, files, schema, filter=filter, columns=columns, partitioned=True)
+
+    def read_files(
+        self,
+        table: str,
+        files: list[str],
+        schema: pa.Schema,
+        *,
+        filter: Any = None,
+        columns: list[str] | None = None,
+        partitioned: bool = False,
+    ) -> pa.Table:
+        """Read ``files`` of ``table`` (from ``table_files`` or ``part_paths``); a file that is
+        not readable Parquet raises ``CorruptPartError`` naming the table and the file."""
+        try:
+            dataset = ds.dataset(
+                files,
+                schema=schema,
+                filesystem=self.fs,
+                format="parquet",
+                partitioning=ds.partitioning(pa.schema([("round", pa.int32())]), flavor="hive")
+                if partitioned
+                else None,
+                partition_base_dir=self.table_dir(table) if partitioned else None,
+            )
+            return dataset.to_table(filter=filter, columns=columns)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise self.unreadable(table, files, exc) from None
+
+    def unreadable(self, table: str, files: list[str], exc: BaseException) -> StoreError:
+        """The error for a failed read of ``files``: the first file whose Parquet footer does
+        not read, named with its table, or (none found) the reader's own message."""
+        for path in files:
+            try:
+                pq.read_metadata(path, filesystem=self.fs)
+            except (pa.ArrowInvalid, OSError) as bad:
+                return CorruptPartError(
+                    f"table {table}: part {self._shown(path)} is not readable Parquet "
+                    f"({_first_line(bad)}); restore it from a copy of the store"
+                )
+        return StoreError(f"table {table}: cannot be read: {_first_line(exc)}")
+
+    def verify(self, tables: list[str] | None = None) -> list[str]:
+        """Every problem of the recorded parts of ``tables`` (default: all), one line each:
+        missing, truncated or not Parquet (as readers report them) and, for parts recorded with
+        a checksum, a sha256 that differs. ``[]`` when every recorded part is intact."""
+        problems = []
+        for table in tables or list(TABLES):
+            try:
+                catalog = self._catalog(table)
+            except StoreError as exc:
+                problems.append(str(exc))
+                continue
+            for path, entry in catalog.values():
+                if not entry or not entry.get("sha256"):
+                    continue
+                with self.fs.open_input_stream(path) as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+                if digest != entry["sha256"]:
+                    problems.append(
+                        f"table {table}: part {self._shown(path)} has sha256 {digest}, recorded {entry['sha256']}"
+                    )
+        return problems
+
+    # ------------------------------------------------------------------ part manifests
+    def _catalog(self, table: str) -> dict[str, tuple[str, dict | None]]:
+        """``round=<r>/<part>`` -> (path, manifest entry) of every recorded part of ``table``,
+        each checked; in an older store's partitions without a manifest, every Parquet file
+        (entry None). Strays and foreign files are not in it."""
+        base = self.table_dir(table)
+        infos = list(self._list(base, recursive=True))
+        sizes = {i.path: i.size for i in infos}
+        directories = sorted({i.path.rsplit("/", 1)[0] for i in infos if i.path.endswith((".parquet", f"/{MANIFEST}"))})
+        out: dict[str, tuple[str, dict | None]] = {}
+        older: bool | None = None  # an older store (asked once, at its first partition without a manifest)
+        for directory in directories:
+            partition = directory[len(base) + 1 :]
+            if "/" in partition or not partition.startswith("round="):
+                continue  # not a partition of this table: never read
+            if f"{directory}/{MANIFEST}" in sizes:
+                key = f"{directory[len(self.root) + 1 :]}/{MANIFEST}"
+                try:
+                    doc = self.get_json(key)
+                except ValueError as exc:
+                    raise CorruptPartError(
+                        f"table {table}: manifest {self._shown(f'{directory}/{MANIFEST}')} is not valid JSON "
+                        f"({_first_line(exc)}); restore it from a copy of the store"
+                    ) from None
+                try:
+                    recorded = sorted((doc[0]["parts"] if doc else {}).items())
+                    files = [
+                        (part, f"{directory}/{entry['file']}", entry, int(entry["size"])) for part, entry in recorded
+                    ]
+                except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                    raise CorruptPartError(
+                        f"table {table}: manifest {self._shown(f'{directory}/{MANIFEST}')} is not a part manifest "
+                        f"({type(exc).__name__}: {_first_line(exc)}); restore it from a copy of the store"
+                    ) from None
+                for part, path, entry, _ in files:
+                    self._check_part(table, path, entry, sizes.get(path))
+                    out[f"{partition}/{part}"] = (path, entry)
+            else:
+                if older is None:
+                    older = not self._manifests_on()
+                if not older:
+                    continue  # a partition no write recorded: never read
+                self._warn_older()
+                for path in sorted(p for p in sizes if p.startswith(f"{directory}/") and p.endswith(".parquet")):
+                    if "/" not in path[len(directory) + 1 :]:
+                        out[f"{partition}/{path.rsplit('/', 1)[-1][: -len('.parquet')]}"] = (path, None)
+        return out
+
+    def _check_part(self, table: str, path: str, entry: dict, size: int | None) -> None:
+        """Raise ``CorruptPartError`` if the recorded file is missing, of another size than
+        recorded, or (local files) lacks Parquet's magic bytes at either end (zero-filled)."""
+        fix = "restore it from a copy of the store, or remove the stage's marker and rerun that stage"
+        if size is None:
+            raise CorruptPartError(f"table {table}: recorded part {self._shown(path)} is missing; {fix}")
+        if size != entry["size"]:
+            raise CorruptPartError(
+                f"table {table}: part {self._shown(path)} is {size} bytes, recorded as {entry['size']} "
+                f"(truncated or overwritten); {fix}"
+            )
+        if not self.is_s3:
+            with open(path, "rb") as f:
+                head = f.read(4)
+                f.seek(-4, os.SEEK_END)
+                tail = f.read(4)
+            if head != b"PAR1" or tail != b"PAR1":
+                raise CorruptPartError(
+                    f"table {table}: part {self._shown(path)} is not Parquet (zero-filled or overwritten); {fix}"
+                )
+
+    def _get_manifest(self, table: str, round_no: int) -> dict | None:
+        doc = self.get_json(f"tables/{table}/round={int(round_no)}/{MANIFEST}")
+        return doc[0] if doc else None
+
+    def _update_manifest(self, table: str, round_no: int, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """Apply ``change`` to the parts of ``table``/``round``'s manifest by compare-and-swap
+        (retried while other writers move it); returns the parts as they were before."""
+        key = f"tables/{table}/round={int(round_no)}/{MANIFEST}"
+        for _ in range(1000):
+            doc = self.get_json(key)
+            before = dict(doc[0]["parts"]) if doc else {}
+            parts = dict(before)
+            if not change(parts):
+                return before
+            body = {"table": table, "round": int(round_no), "parts": parts}
+            try:
+                if doc is None:
+                    self.put_json(key, body, if_absent=True)
+                else:
+                    self.put_json(key, body, if_etag=doc[1])
+                return before
+            except ConcurrentCommitError:
+                time.sleep(random.uniform(0.001, 0.02))
+        raise StoreError(f"{self.uri}/{key}: 1000 writers in a row changed it first; retry the write")
+
+    def _manifests_on(self) -> bool:
+        """Whether this store records its parts (``tables/_manifests.json``); once seen, cached."""
+        if not self._recording:
+            self._recording = self.get_json(FORMAT_KEY) is not None
+        return self._recording
+
+    def _adopt_older_parts(self) -> None:
+        """Before the first write to a store without part manifests: record every partition's
+        Parquet files as they are (sizes, no checksums), then mark the store as recording."""
+        if self._manifests_on():
+            return
+        self._warned = True  # no "older store" warning: this is the write that records its parts
+        adopted = 0
+        for table in TABLES:
+            catalog = self._catalog(table)  # only partitions without a manifest are unrecorded here
+            by_round: dict[int, dict[str, Any]] = {}
+            sizes = {i.path: i.size for i in self._list(self.table_dir(table), recursive=True)}
+            for ref, (path, entry) in catalog.items():
+                if entry is None:
+                    round_no = int(ref.split("/", 1)[0][len("round=") :])
+                    name = path.rsplit("/", 1)[-1]
+                    by_round.setdefault(round_no, {})[ref.split("/", 1)[1]] = {
+                        "file": name,
+                        "size": sizes[path],
+                        "sha256": "",
+                        "rows": None,
+                    }
+            for round_no, parts in by_round.items():
+                key = f"tables/{table}/round={round_no}/{MANIFEST}"
+                try:
+                    self.put_json(
+                        key, {"table": table, "round": round_no, "parts": parts, "adopted": True}, if_absent=True
+                    )
+                    adopted += len(parts)
+                except ConcurrentCommitError:
+                    pass  # another writer adopted it first
+        self.put_json(FORMAT_KEY, {"part_manifests": 1, "adopted_parts": adopted})
+        self._recording = True
+
+    def _warn_older(self) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "store %s has no part manifests (written before them): reading every Parquet file of its "
+                "tables; its next write records them",
+                self.uri,
+            )
+
+    def _shown(self, path: str) -> str:
+        return f"s3://{path}" if self.is_s3 else path
+
+    def _put_file(self, path: str, body: bytes) -> None:
+        """Write a new file whole: S3, one PUT; locally a temporary name, fsynced, renamed over,
+        then the directory fsynced (so a later marker can never be durable before it)."""
+        directory = path.rsplit("/", 1)[0]
+        if self.is_s3:
+            with self.fs.open_output_stream(path) as f:
+                f.write(body)
+            return
+        self._mkdir(directory)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+
+    def _delete_quietly(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except (FileNotFoundError, OSError):
+            pass  # an unrecorded file is never read: a later delete_parts or rewrite removes it
 
     # ------------------------------------------------------------------ JSON documents
     def put_json(self, key: str, obj: Any, *, if_absent: bool = False, if_etag: str | None = None) -> str:
@@ -238,7 +550,10 @@ class Store(PoolCommits):
             if if_etag is not None and self._local_etag(path) != if_etag:
                 raise ConcurrentCommitError(f"{key} was changed by another writer")
             tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-            Path(tmp).write_bytes(body)
+            with open(tmp, "wb") as f:  # durable before it is visible under its name
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
             if if_absent:
                 try:  # link() fails if the target exists: atomic create-if-absent across processes
                     os.link(tmp, path)
@@ -248,6 +563,7 @@ class Store(PoolCommits):
                     os.unlink(tmp)
             else:
                 os.replace(tmp, path)
+            _fsync_dir(path.rsplit("/", 1)[0])
         return hashlib.sha256(body).hexdigest()
 
     def get_json(self, key: str) -> tuple[Any, str] | None:
@@ -310,8 +626,17 @@ class Store(PoolCommits):
 
     # ------------------------------------------------------------------ file system helpers
     def _mkdir(self, path: str) -> None:
-        if not self.is_s3:
-            os.makedirs(path, exist_ok=True)
+        """Create a local directory and its missing parents, each new entry fsynced."""
+        if self.is_s3:
+            return
+        new = []
+        p = Path(path)
+        while not p.exists():
+            new.append(p)
+            p = p.parent
+        os.makedirs(path, exist_ok=True)
+        for d in reversed(new):
+            _fsync_dir(str(d.parent))
 
     def _exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound

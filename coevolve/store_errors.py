@@ -8,3 +8,8 @@ class StoreError(RuntimeError):
 
 class ConcurrentCommitError(StoreError):
     """Another writer committed first; re-read the latest pool version and retry."""
+
+
+class CorruptPartError(StoreError):
+    """A recorded table part is missing, of another size than recorded, or not Parquet; the
+    message names the table and the file."""

@@ -107,3 +107,30 @@ def test_unknown_scenario_is_a_clear_error():
 
     with pytest.raises(ValueError, match="unknown scenarios"):
         run_campaign(CampaignConfig(scenarios=["nope"]))
+
+
+# ----------------------------------------------------------------------------- table parts (issue 29 item 2)
+def test_torn_writes_kill_between_a_part_and_its_marker_lose_nothing(tmp_path):
+    from coevolve.bench.reliability.parts import torn_writes_scenario
+
+    res = torn_writes_scenario(CampaignConfig(rounds=1, kills=4, seed=1, run_timeout_s=120), tmp_path, log=print)
+    _assert_clean(res)
+    assert res.tried == 4
+
+
+def test_damaged_and_planted_parts_are_refused_or_ignored(tmp_path):
+    from coevolve.bench.reliability.parts import damaged_parts_scenario
+
+    res = damaged_parts_scenario("damaged-parts", str(tmp_path / "store"), CampaignConfig(rounds=1), log=print)
+    _assert_clean(res)
+    assert res.tried == 8 * (4 + 4)  # every table: four damages, two plants in two partitions
+
+
+def test_damaged_parts_scenario_fails_when_readers_trust_every_file(tmp_path, monkeypatch):
+    from coevolve.bench.reliability.parts import damaged_parts_scenario
+    from coevolve.store import Store
+
+    monkeypatch.setattr(Store, "_check_part", lambda self, table, path, entry, size: None)
+    monkeypatch.setattr(Store, "unreadable", lambda self, table, files, exc: exc)
+    res = damaged_parts_scenario("damaged-parts", str(tmp_path / "store"), CampaignConfig(rounds=1), log=print)
+    assert not res.ok and res.survived < res.tried

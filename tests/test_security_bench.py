@@ -75,3 +75,33 @@ def test_every_area_module_is_collected():
     probes = security.all_probes()
     assert all(p.area in {"sql", "store", "stack", "params", "serve"} for p in probes)
     assert len({p.name for p in probes}) == len(probes)  # names are unique: --probes picks one
+
+
+# ----------------------------------------------------------------------------- store probes (issue 29 item 2)
+def test_store_probes_hold_on_a_local_store():
+    results = run_probes(fast=True, areas=["store"])
+    assert {r.probe.name for r in results} >= {
+        "store-truncated-part",
+        "store-zero-filled-part",
+        "store-zero-byte-part",
+        "store-missing-part",
+        "store-foreign-signals-part",
+        "store-stray-part",
+        "store-fsync-order",
+    }
+    failed = [(r.probe.name, r.error, [a for a in r.attempts if not a.held][:2]) for r in results if r.failed]
+    assert not failed, failed
+
+
+def test_store_probes_fail_when_readers_skip_the_checks(monkeypatch):
+    """The probes can fail: with the size and magic checks switched off and read errors left
+    raw, a truncated part gets through as a traceback; an unsynced write is seen."""
+    from coevolve.store import Store
+
+    monkeypatch.setattr(Store, "_check_part", lambda self, table, path, entry, size: None)
+    monkeypatch.setattr(Store, "unreadable", lambda self, table, files, exc: exc)  # the raw error
+    (truncated,) = run_probes(fast=True, names=["store-truncated-part"])
+    assert truncated.failed > 0
+    monkeypatch.setattr("coevolve.store._fsync_dir", lambda path: None)  # renames never made durable
+    (order,) = run_probes(fast=True, names=["store-fsync-order"])
+    assert order.failed > 0

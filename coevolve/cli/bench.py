@@ -256,11 +256,12 @@ def bench_sft(
 @bench_app.command("reliability")
 def bench_reliability(
     scenarios: str = typer.Option(
-        "kill,concurrent-local,concurrent-s3,s3-faults,fuzz", help="Comma-separated scenarios."
+        "kill,torn-writes,damaged-parts,damaged-parts-s3,concurrent-local,concurrent-s3,s3-faults,fuzz",
+        help="Comma-separated scenarios.",
     ),
     config: str = typer.Option("configs/tiny.yaml", "--config", "-c", help="Run config of the kill and fault runs."),
-    rounds: int = typer.Option(2, help="Rounds of each run of the kill scenario."),
-    kills: int = typer.Option(20, help="SIGKILL points of the kill scenario."),
+    rounds: int = typer.Option(2, help="Rounds of each run of the kill, torn-writes and damaged-parts scenarios."),
+    kills: int = typer.Option(20, help="SIGKILL points of the kill and torn-writes scenarios."),
     procs: int = typer.Option(4, help="Processes committing at once."),
     commits: int = typer.Option(5, help="Commits per process."),
     fault_rate: float = typer.Option(0.1, help="Share of S3 requests the proxy breaks (5xx, resets, stalls)."),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 
 from coevolve.cli.app import app
-from coevolve.cli.common import console, open_store_or_fail
+from coevolve.cli.common import console, fail, open_store_or_fail
 
 
 @app.command()
@@ -23,9 +23,13 @@ def report(
 ) -> None:
     """Write PNG plots and report.md: score, signals, pass rate, pool, task turns, stage times."""
     from coevolve.report import write_report
+    from coevolve.store import StoreError
 
     st = open_store_or_fail(store)
-    rep = write_report(st, runs=run, out=out)
+    try:
+        rep = write_report(st, runs=run, out=out)
+    except StoreError as exc:  # a recorded part missing, truncated or not Parquet: named, one line
+        fail(str(exc))
     for path in rep.files:
         console.print(f"  {path}")
     for note in rep.notes:

@@ -105,6 +105,7 @@ def sql(
     import duckdb
 
     from coevolve.sql import ReadOnlyError, check_read_only, connect
+    from coevolve.store import StoreError
 
     if (query is None) == (file is None):
         fail("give either a query or --file FILE (e.g. --file sql/reports/pool_growth.sql)")
@@ -119,7 +120,10 @@ def sql(
     except ReadOnlyError as exc:
         fail(str(exc))
     st = open_store_or_fail(store)
-    con = connect(st, read_only=True)
+    try:
+        con = connect(st, read_only=True)
+    except StoreError as exc:  # a recorded part missing, truncated or not Parquet: named, one line
+        fail(str(exc))
     try:
         result = con.sql(query, params=params or None)
     except duckdb.Error as exc:

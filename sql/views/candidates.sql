@@ -1,5 +1,6 @@
 -- candidates: one row per abstracted candidate task with its validation verdict and reason.
 -- Columns: see coevolve/schemas.py CANDIDATES, plus `round` from the partition path.
--- Parameter: {{source}} is the store's Parquet glob, filled in by coevolve.sql.connect.
+-- Parameter: {{source}} is the list of the table's recorded part files (Store.table_files: only what the
+-- part manifests record, each checked), filled in by coevolve.sql.connect.
 create or replace view candidates as
 select * from read_parquet({{source}}, hive_partitioning = true, hive_types = {'round': integer}, union_by_name = true)

@@ -17,10 +17,16 @@ scenario, tried / survived / rows lost / rows duplicated / corrupt pool versions
   loopback proxy that answers 5xx, resets connections (before or after forwarding) and
   stalls, at ``fault_rate``; a run either completes or fails with a clear error, and reruns
   complete with the reference run's keys.
+- ``torn-writes``: a chain of synthetic runs (every table, no model), each SIGKILLed at one of
+  ``kills`` points inside a part's write (file written, manifest updated, old file deleted) or
+  its stage marker, each resuming; after every kill the store verifies clean and reads.
+- ``damaged-parts`` / ``damaged-parts-s3``: in every table, a recorded part truncated,
+  zero-filled, emptied and deleted (readers must refuse it naming table and file), and a
+  foreign-schema file and a stray part planted (readers must return exactly the reference rows).
 - ``fuzz``: ``fuzz`` mutated model outputs through the tool-call parser and the BFCL
   environment's dispatcher: 0 uncaught exceptions.
 
-One module per scenario (``kill``, ``concurrent``, ``faults``, ``fuzz``); what they share
+One module per scenario (``kill``, ``parts``, ``concurrent``, ``faults``, ``fuzz``); what they share
 (``common``: the config, a scenario's result, the store checks, child runs); the runner
 (``campaign``: ``run_campaign(CampaignConfig(...))``, ``format_table``); the child processes'
 entry (``__main__``: ``python -m coevolve.bench.reliability child|committer ...``); the S3 pieces

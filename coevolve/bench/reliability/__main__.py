@@ -11,6 +11,7 @@ import sys
 
 from coevolve.bench.reliability.concurrent import committer
 from coevolve.bench.reliability.kill import child_run
+from coevolve.bench.reliability.parts import torn_child
 
 
 def _main(argv: list[str]) -> None:
@@ -25,9 +26,16 @@ def _main(argv: list[str]) -> None:
     for a in ("store", "endpoint", "run-id", "tag", "go", "out"):
         m.add_argument(f"--{a}", default="")
     m.add_argument("--n", type=int, default=1)
+    t = sub.add_parser("torn")
+    t.add_argument("--store", required=True)
+    t.add_argument("--rounds", type=int, default=1)
+    t.add_argument("--target")
+    t.add_argument("--trace")
     args = parser.parse_args(argv)
     if args.cmd == "child":
         child_run(args.config, json.loads(args.overrides), json.loads(args.target) if args.target else None, args.trace)
+    elif args.cmd == "torn":
+        torn_child(args.store, args.rounds, json.loads(args.target) if args.target else None, args.trace)
     else:
         committer(args.store, args.endpoint, args.run_id, args.tag, args.n, args.go, args.out)
 

@@ -19,6 +19,7 @@ from coevolve.bench.reliability.concurrent import concurrent_scenario
 from coevolve.bench.reliability.faults import fault_scenario
 from coevolve.bench.reliability.fuzz import fuzz_outputs
 from coevolve.bench.reliability.kill import kill_scenario
+from coevolve.bench.reliability.parts import damaged_parts_scenario, torn_writes_scenario
 from coevolve.bench.reliability.s3_faults import MotoS3
 
 
@@ -36,7 +37,7 @@ def run_campaign(cc: CampaignConfig, log: Callable[[str], None] = print) -> list
         here, repo = Path(cc.config).resolve(), REPO / cc.config
         cc.config = str(here if here.is_file() else repo)
     results: list[ScenarioResult] = []
-    moto = MotoS3() if {"concurrent-s3", "s3-faults"} & set(cc.scenarios) else None
+    moto = MotoS3() if {"concurrent-s3", "s3-faults", "damaged-parts-s3"} & set(cc.scenarios) else None
     scenarios: dict[str, Callable[[], ScenarioResult]] = {
         "kill": lambda: kill_scenario(cc, work, log),
         "concurrent-local": lambda: concurrent_scenario(
@@ -46,6 +47,11 @@ def run_campaign(cc: CampaignConfig, log: Callable[[str], None] = print) -> list
             "concurrent-s3", f"s3://{moto.bucket('concurrent')}/pool", moto.url, cc, work, log
         ),
         "s3-faults": lambda: fault_scenario(cc, moto, work, log),
+        "damaged-parts": lambda: damaged_parts_scenario("damaged-parts", str(work / "damaged-parts"), cc, log),
+        "damaged-parts-s3": lambda: damaged_parts_scenario(
+            "damaged-parts-s3", f"s3://{moto.bucket('damaged-parts')}/store", cc, log, endpoint=moto.url
+        ),
+        "torn-writes": lambda: torn_writes_scenario(cc, work, log),
         "fuzz": lambda: fuzz_outputs(cc.fuzz, cc.seed, log),
     }
     unknown = set(cc.scenarios) - set(scenarios)

@@ -50,12 +50,21 @@ SMALL_RUN: dict[str, Any] = {
 @dataclass
 class CampaignConfig:
     scenarios: list[str] = field(
-        default_factory=lambda: ["kill", "concurrent-local", "concurrent-s3", "s3-faults", "fuzz"]
+        default_factory=lambda: [
+            "kill",
+            "torn-writes",
+            "damaged-parts",
+            "damaged-parts-s3",
+            "concurrent-local",
+            "concurrent-s3",
+            "s3-faults",
+            "fuzz",
+        ]
     )
     config: str | None = "configs/tiny.yaml"  # run config of the kill and fault runs
     overrides: dict[str, Any] = field(default_factory=lambda: dict(SMALL_RUN))
-    rounds: int = 2  # rounds of the kill scenario's runs
-    kills: int = 20  # SIGKILL points of the kill scenario
+    rounds: int = 2  # rounds of the kill, torn-writes and damaged-parts scenarios' runs
+    kills: int = 20  # SIGKILL points of the kill and torn-writes scenarios
     procs: int = 4  # concurrent committing processes
     commits: int = 5  # commits per process
     fault_rate: float = 0.1  # share of S3 requests the proxy breaks
