@@ -361,7 +361,7 @@ def record_round(store: Store, cfg: RunConfig, round_no: int) -> dict:
     for t in PAPER_SIGNALS:
         row[f"signals_{t}"] = m["signals"].get(f"signals_{t}")
     counts = m["signals"].get("signal_counts")
-    row["signal_counts"] = json.dumps(counts, sort_keys=True) if counts is not None else None
+    row["signal_counts"] = json.dumps(counts) if counts is not None else None  # in the stage's order
     row["partial_share"] = m["validate"].get("partial_share")
     warnings = round_warnings(counts or {}, store, cfg.run_name, round_no)
     for w in warnings:

@@ -154,8 +154,8 @@ def summary_tables(rows: list[dict]):
     rows = [{**r, "n_signals": sum(counts[id(r)].values()) if counts[id(r)] else None} for r in rows]
     types = list(dict.fromkeys(t for c in counts.values() for t in c))
     signal_rows = [{"round": r["round"], **_signal_counts(r)} for r in rows if _signal_counts(r)]
-    # headers cut to 8 characters (a user's signal may have a long name); the order is the stage's
-    signal_cols = [("round", "round")] + [(t[:8], t) for t in types]
+    # headers cut to 14 characters (a user's signal may have a long name); the order is the stage's
+    signal_cols = [("round", "round")] + [(t[:14], t) for t in types]
     split_rows = [r for r in rows if any(r.get(key) is not None for _, key in _SPLITS[1:])]
     tables = [("per-round summary", _METRICS, rows)]
     if signal_rows:
