@@ -31,6 +31,7 @@ header).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -194,6 +195,10 @@ def check_signal_files(cfg: SignalsConfig) -> list[SignalSpec]:
     file's path and DuckDB's message when one does not run or returns other columns than its
     header declares, or when ``signals.params`` names an unknown signal or parameter."""
     specs = signal_files(cfg)
+    # a config is loaded many times per run (and per test): the same files and settings pass once
+    key = json.dumps([[str(s.path), s.text] for s in specs] + [dataclasses.asdict(cfg)], sort_keys=True, default=str)
+    if key in _CHECKED:
+        return specs
     by_name = {s.name: s for s in specs}
     for name, values in cfg.params.items():
         if name not in by_name:
@@ -221,7 +226,11 @@ def check_signal_files(cfg: SignalsConfig) -> list[SignalSpec]:
                     )
         finally:
             con.close()
+    _CHECKED.add(key)
     return specs
+
+
+_CHECKED: set[str] = set()  # check_signal_files: settings and files that passed
 
 
 def run_queries(con: duckdb.DuckDBPyConnection, cfg: SignalsConfig, run_id: str, round_no: int) -> dict[str, pa.Table]:

@@ -80,9 +80,9 @@ def canonical(found: dict[str, pa.Table | pd.DataFrame]) -> dict[str, list[dict]
 def compare(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> list[str]:
     """Differences between two canonical signal sets (empty when identical)."""
     problems = []
-    for signal_type in KEY:
-        left = {r[KEY[signal_type]]: r for r in a[signal_type]}
-        right = {r[KEY[signal_type]]: r for r in b[signal_type]}
+    for signal_type in [t for t in KEY if t in a or t in b]:
+        left = {r[KEY[signal_type]]: r for r in a.get(signal_type, [])}
+        right = {r[KEY[signal_type]]: r for r in b.get(signal_type, [])}
         only_l, only_r = sorted(set(left) - set(right)), sorted(set(right) - set(left))
         if only_l or only_r:
             problems.append(

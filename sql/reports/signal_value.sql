@@ -62,7 +62,7 @@ per_type as (
     select
         y.run_id, y.round, y.signal_type,
         count(*) as yielded_tasks,
-        count_if(y.pass_kind = 'partial') as partial,
+        count_if(y.pass_kind = 'partial')::bigint as partial,
         avg(p.validate_rate) as success_validate,
         avg(p.next_rate) as success_next,
         avg(p.last_rate) as success_last
