@@ -22,6 +22,7 @@ from coevolve.signals import (
     signal_types,
 )
 from coevolve.sql import connect
+from coevolve.store import Store
 from test_signals import RUN, episode, group, keys, make_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,6 +180,26 @@ def test_uncertainty_recovers_exactly_the_planted_tasks(tmp_path):
     loose = run_queries(connect(store), cfg, RUN, 2)["uncertainty"]
     assert keys(loose) == {"unsure_mixed", "unsure_partial", "sure_mixed"}
     assert {r["task_id"]: r["low_token_share"] for r in loose.to_pylist()}["unsure_mixed"] == 0.25
+    # relative to the round: the median of the tasks' means (-0.23 here) leaves the sure one out;
+    # with the absolute test off, the top quantile takes every mixed task, the bottom the least sure
+    relative = SignalsConfig(params={"uncertainty": {"max_mean_logprob": -1.0, "quantile": 1.0}})
+    assert keys(run_queries(connect(store), relative, RUN, 2)["uncertainty"]) == {
+        "unsure_mixed",
+        "unsure_partial",
+        "sure_mixed",
+    }
+    lowest = SignalsConfig(params={"uncertainty": {"max_mean_logprob": -1.0, "quantile": 0.0}})
+    got = run_queries(connect(store), lowest, RUN, 2)["uncertainty"]
+    assert keys(got) == {"unsure_mixed", "unsure_partial"}
+    assert got.column("cutoff").to_pylist() == pytest.approx([-0.23, -0.23], abs=1e-6)
+
+
+def test_uncertainty_fires_on_smollm2s_logged_logprobs():
+    """The embedded default's store (real SmolLM2 log-probs): the defaults fire in both rounds."""
+    store = Store(str(ROOT / "tests" / "data" / "default-store"))
+    for round_no in (1, 2):
+        got = run_queries(connect(store), SignalsConfig(), "default", round_no)["uncertainty"]
+        assert got.num_rows >= 2 and all(-0.2 < m < -0.04 for m in got.column("mean_logprob").to_pylist())
 
 
 # --------------------------------------------------------------------------- reward hacking

@@ -266,9 +266,13 @@ def _uncertainty(store_dir, cfg: SignalsConfig, run_id: str, round_no: int) -> p
     mixed = ((tasks["n_success"] >= p["min_samples"]) & (tasks["rate"] > 0) & (tasks["rate"] < 1)) | (
         (tasks["n_reward"] >= p["min_samples"]) & (tasks["reward_max"] > tasks["reward_min"])
     )
-    # the SQL compares the unrounded mean with the threshold
+    # the SQL compares the unrounded mean with the threshold and with the round's quantile
     raw_mean = tasks["sum_logprob"] / tasks["n_tokens"]
-    tasks = tasks[(tasks["n_tokens"] > 0) & (raw_mean <= p["max_mean_logprob"]) & mixed]
+    with_tokens = raw_mean[tasks["n_tokens"] > 0].to_numpy()
+    cutoff = float(np.quantile(with_tokens, p["quantile"])) if len(with_tokens) else np.nan
+    tasks["cutoff"] = round(cutoff, 12) if len(with_tokens) else np.nan
+    low = (raw_mean <= p["max_mean_logprob"]) | (raw_mean <= cutoff)
+    tasks = tasks[(tasks["n_tokens"] > 0) & low & mixed]
     return tasks.assign(score=(-(tasks["sum_logprob"] / tasks["n_tokens"])).round(12))[
         [
             "task_id",
@@ -281,6 +285,7 @@ def _uncertainty(store_dir, cfg: SignalsConfig, run_id: str, round_no: int) -> p
             "low_token_share",
             "n_messages",
             "n_tokens",
+            "cutoff",
             "failing_episode_id",
         ]
     ]

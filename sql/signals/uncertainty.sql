@@ -5,9 +5,10 @@
 -- key: task_id
 -- param: min_samples integer = 2
 -- param: max_mean_logprob double = -0.08
+-- param: quantile double = 0.5
 -- param: low_logprob double = -0.6931471805599453
 -- columns: task_id, score, n, n_success, rate, reward_var, mean_logprob, low_token_share,
--- columns: n_messages, n_tokens, failing_episode_id
+-- columns: n_messages, n_tokens, cutoff, failing_episode_id
 --
 -- Definition. The behaviour log-probs are logged per model message, on the message's first
 -- step row (completion_logprobs: each sampled token's log-prob under the sampling
@@ -19,22 +20,30 @@
 --                      tokens the policy gave less than even odds; a small top-2 margin).
 -- The task's outcomes are mixed when at least $min_samples episodes have an outcome and
 -- either 0 < success rate < 1 or the episode rewards are not all equal (any spread: the
--- partial credit moves). A task is uncertain when its outcomes are mixed and
--- mean_logprob <= $max_mean_logprob: the policy is unsure of the calls it makes where
--- those calls sometimes pay and sometimes not. (The backends log the sampled token's
+-- partial credit moves). A task is uncertain when its outcomes are mixed and its
+-- mean_logprob is low, absolutely (<= $max_mean_logprob) or relative to the round (<= the
+-- cutoff, the $quantile quantile (quantile_cont) of the mean_logprob of the round's tasks
+-- with tool-call tokens): the policy is unsure of the calls it makes where those calls
+-- sometimes pay and sometimes not. The relative test keeps the signal alive as training
+-- sharpens the policy (confidence drifts up every round, as rare's cutoff moves with the
+-- round). (The backends log the sampled token's
 -- log-prob only, not the runner-up's, so the top-2 margin is read as the share of tokens
 -- below even odds.)
--- Default max_mean_logprob = -0.08: on the embedded default's SmolLM2 after its SFT warm
--- start, tool-call messages of training tasks average -0.04 to -0.15 per token
--- (tests/data/default-store): the threshold takes the less confident half.
+-- Defaults: max_mean_logprob = -0.08 and quantile = 0.5. On the embedded default's SmolLM2
+-- after its SFT warm start, tool-call messages of training tasks average -0.04 to -0.15 per
+-- token (tests/data/default-store), and -0.04 to -0.06 with the role-typed seed pool: the
+-- absolute test alone can miss a whole round, the median never leaves a round of mixed
+-- tasks without its less confident half.
 --
 -- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]) from the stage;
---             $min_samples (integer), $max_mean_logprob (double), $low_logprob (double)
+--             $min_samples (integer), $max_mean_logprob (double), $quantile (double),
+--             $low_logprob (double)
 --             (signals.params.uncertainty in the config).
 --
 -- Columns: task_id, score (= -mean_logprob, rounded to 12 digits: higher is less sure),
 --          n (episodes), n_success, rate, reward_var, mean_logprob, low_token_share,
---          n_messages (tool-call messages with log-probs), n_tokens, failing_episode_id
+--          n_messages (tool-call messages with log-probs), n_tokens, cutoff (the round's
+--          quantile), failing_episode_id
 --          (smallest episode_id of a non-successful episode).
 
 with steps as (
@@ -77,16 +86,22 @@ tasks as (
     group by task_id
 ),
 
+cutoffs as (
+    select quantile_cont(mean_logprob, $quantile) as cutoff from tasks where n_tokens > 0
+),
+
 final as (
     select
         task_id,
         round(-mean_logprob, 12) as score,
         n, n_success, rate, reward_var,
         round(mean_logprob, 12) as mean_logprob,
-        low_token_share, n_messages, n_tokens, failing_episode_id
-    from tasks
+        low_token_share, n_messages, n_tokens,
+        round(cutoff, 12) as cutoff,
+        failing_episode_id
+    from tasks, cutoffs
     where n_tokens > 0
-        and mean_logprob <= $max_mean_logprob
+        and (mean_logprob <= $max_mean_logprob or mean_logprob <= cutoff)
         and (
             (n_success >= $min_samples and rate > 0 and rate < 1)
             or (n_reward >= $min_samples and reward_spread)
