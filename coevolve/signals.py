@@ -37,6 +37,7 @@ import json
 import re
 import tempfile
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable
 
@@ -298,12 +299,20 @@ def select_signals(
                     "task_id": key if key_col == "task_id" else None,
                     "pattern": key if key_col == "pattern" else None,
                     "score": None if score is None else float(score),
-                    "evidence": json.dumps(rec, sort_keys=True, default=str),
+                    "evidence": json.dumps(rec, sort_keys=True, default=_json_value),
                     "is_new": (signal_type, key) not in seen,
                     "rank": rank,
                 }
             )
     return to_table("signals", rows)
+
+
+def _json_value(value: Any) -> Any:
+    """Evidence values JSON has no type for: DuckDB's HUGEINT / DECIMAL (``count_if``, ``sum`` of
+    integers) arrive as Decimal and become numbers; anything else (dates, ...) its text."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return str(value)
 
 
 def count_by_type(table: pa.Table, types: list[str]) -> dict[str, int]:

@@ -146,6 +146,10 @@ def test_the_readme_example_finds_tasks_cut_short(tmp_path):
     mine = [r for r in table.to_pylist() if r["signal_type"] == "cut_short"]
     assert {r["task_id"] for r in mine} == {"cut_twice", "cut_once"}
     assert all(json.loads(r["evidence"])["failing_episode_id"] for r in mine)
+    # a count left as DuckDB's HUGEINT (count_if without a cast) is still a number in the evidence
+    uncast = user_dir(tmp_path, {"cut_short.sql": readme_example().replace("count_if(cut)::integer", "count_if(cut)")})
+    table = mine_signals(store, SignalsConfig(dirs=[uncast]), RUN, 2)
+    assert {json.loads(r["evidence"])["n_cut"] for r in table.to_pylist() if r["signal_type"] == "cut_short"} == {1, 2}
 
 
 # --------------------------------------------------------------------------- uncertainty
