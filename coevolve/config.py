@@ -272,6 +272,17 @@ class TrainConfig:
 # --------------------------------------------------------------------------- signals
 @dataclass
 class SignalsConfig:
+    # which signal files run (sql/signals/ always; coevolve.signals)
+    dirs: list[str] = _help(
+        "Folders of user signal files (*.sql, each with a header: signal, grain, key, param, columns; see "
+        "sql/signals/README.md), run beside the built-in ones of sql/signals/. A broken file fails preflight.",
+        factory=list,
+    )
+    params: dict[str, dict[str, Any]] = _help(
+        "Parameter values per signal, over the defaults its file's header declares: "
+        "{uncertainty: {max_mean_logprob: -0.1}} or --set signals.params.uncertainty.max_mean_logprob=-0.1.",
+        factory=dict,
+    )
     # which rollout rows count (rows of other runs never do)
     phases: list[str] = _help(
         "Rollout phases whose episodes the signals read; add 'eval' to let evaluation episodes count.",
@@ -335,6 +346,11 @@ class SignalsConfig:
             raise ConfigError("signals.rare_min_total must be >= 0 and signals.rare_min_episodes >= 1")
         if self.budget_per_type < 0 or self.evidence_limit < 1 or self.threads < 0:
             raise ConfigError("signals.budget_per_type and signals.threads must be >= 0, signals.evidence_limit >= 1")
+        if not isinstance(self.params, dict):
+            raise ConfigError("signals.params: expected a mapping of signal -> {parameter: value}")
+        from coevolve.signals import check_signal_files  # every file parses and runs on empty tables
+
+        check_signal_files(self)
 
 
 # --------------------------------------------------------------------------- explore / abstract / validate
@@ -480,6 +496,18 @@ class ValidateConfig:
         ],
     )
 
+    max_partial_share: float = _help(
+        "Cap on the share of a round's accepted tasks that passed pass 2 by failure with positive reward "
+        "(pass_kind 'partial') rather than by success; above it the partial ones with the lowest reward are "
+        "rejected (reason 'partial cap'). 1.0 = no cap (the paper's dual pass).",
+        1.0,
+    )
+    contamination_threshold: float = _help(
+        "Contamination check (coevolve.contamination): a candidate whose similarity to its nearest held-out "
+        "benchmark turn (instruction word 3-grams, or calls on the same start state; Jaccard) is above this is "
+        "refused (reason 'contamination'). 1.0 records the similarity and refuses nothing.",
+        0.5,
+    )
     safety_rules: list[str] = _help(
         "Safety policy: general rules over a task's actions and start state, by name (coevolve.safety): "
         "unknown_party (money, messages or data sent to a party the start state does not know), secret_out "
@@ -498,6 +526,10 @@ class ValidateConfig:
             raise ConfigError("validate.attempts must be >= 1")
         if not 0.0 < self.near_duplicate_threshold <= 1.0:
             raise ConfigError("validate.near_duplicate_threshold must be in (0, 1]")
+        if not 0.0 <= self.max_partial_share <= 1.0:
+            raise ConfigError("validate.max_partial_share is a share: put it in [0, 1] (1.0 = no cap)")
+        if not 0.0 < self.contamination_threshold <= 1.0:
+            raise ConfigError("validate.contamination_threshold must be in (0, 1] (1.0 = record only, refuse nothing)")
         known_rules = ("unknown_party", "secret_out", "credential_change", "destroy_existing", "backdated")
         unknown = [r for r in self.safety_rules if r not in known_rules]
         if unknown:

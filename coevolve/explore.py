@@ -343,7 +343,9 @@ def round_contexts(
     (``budgeted_contexts``, outward from the policy's own attempts: ``with_attempts``); for the
     ``random`` baseline, as many random contexts."""
     signals = store.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round_no)).to_pylist()
-    signals.sort(key=lambda s: (s["signal_type"], s.get("rank") or 0, s["signal_id"]))
+    # round-robin over the types by rank (every type's best first), so that no type, built-in or
+    # a user's, takes the whole budget because its name sorts first
+    signals.sort(key=lambda s: (s.get("rank") or 0, s["signal_type"], s["signal_id"]))
     pool = [Task.from_row(r) for r in store.pool_tasks().to_pylist() if r["split"] == "train"]
     avoid = frozenset(cfg.validate.blocked_functions)
     episode_ids = [e for s in signals for e in _listed(_evidence_doc(s.get("evidence")), *_EPISODE_KEYS)]

@@ -15,7 +15,8 @@ Plots (each skipped, with a note in the Markdown, when its columns or rows are m
 
 - ``score.png``        held-out success and held-out reward per round (zero-shot as a dashed line with its band);
 - ``signals.png``      signals mined per round, by type;
-- ``validation.png``   validation pass rate per round (accepted / candidates);
+- ``validation.png``   validation pass rate per round (accepted / candidates) and the partial share
+                        of the accepted (passed by failure with positive reward);
 - ``pool.png``         pool size per round, and its origin mix;
 - ``turns.png``        turn-count distribution of synthesized tasks per round (paper, fig. 7);
 - ``stage_times.png``  share of round time per stage; feedback overhead = signals + explore
@@ -124,9 +125,11 @@ def _markdown(store: Store, data: ReportData, report: Report, image_prefix: str 
                 "signals_forgetting",
                 "signals_boundary",
                 "signals_rare",
+                "signal_counts",
                 "n_candidates",
                 "n_accepted",
                 "pass_rate",
+                "partial_share",
                 "eval_score",
                 "eval_reward",
                 "synth_score",

@@ -141,10 +141,29 @@ def plot_validation(data: ReportData):
     if not df.height or _missing(df, ("pass_rate",)):
         return None, "validation: no candidates were validated in these runs"
     stats = _mean_band(df, "pass_rate", ["condition"])
-    fig, (ax,) = _new_figure("Validation pass rate per round (accepted / candidates)", "round", "pass rate")
+    fig, (ax,) = _new_figure(
+        "Validation pass rate per round (accepted / candidates); dashed: partial share of the accepted",
+        "round",
+        "share",
+    )
+    partial = (
+        _mean_band(df.filter(pl.col("partial_share").is_not_null()), "partial_share", ["condition"])
+        if "partial_share" in df.columns and df["partial_share"].is_not_null().any()
+        else None
+    )
     for cond in _conditions(stats):
         s = stats.filter(pl.col("condition") == cond)
-        ax.plot(s["round"].to_list(), s["mean"].to_list(), marker="o", label=cond)
+        (line,) = ax.plot(s["round"].to_list(), s["mean"].to_list(), marker="o", label=cond)
+        if partial is not None:  # passed by failure with positive reward (the auditable validator)
+            p = partial.filter(pl.col("condition") == cond)
+            ax.plot(
+                p["round"].to_list(),
+                p["mean"].to_list(),
+                linestyle="--",
+                marker="x",
+                color=line.get_color(),
+                label=f"{cond} partial",
+            )
     ax.set_xticks(sorted(stats["round"].unique().to_list()))
     ax.set_ylim(0, 1.05)
     ax.legend(title="condition" if data.ablation else "run")

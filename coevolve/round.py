@@ -21,6 +21,7 @@ Stages announce themselves ("start", "done", "skip") on the event bus of ``coevo
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -140,13 +141,38 @@ def _train(ctx: RoundContext) -> dict:
 
 
 def _signals(ctx: RoundContext) -> dict:
-    if _feedback_off(ctx):
-        return {f"signals_{t}": 0 for t in ("forgetting", "boundary", "rare")}
-    from coevolve.signals import mine_signals
+    from coevolve.signals import count_by_type, mine_signals, signal_types
 
-    table = mine_signals(ctx.store, ctx.cfg.signals, ctx.run_id, ctx.round)
-    types = table.column("signal_type").to_pylist()
-    return {f"signals_{t}": types.count(t) for t in ("forgetting", "boundary", "rare")}
+    types = signal_types(ctx.cfg.signals)
+    if _feedback_off(ctx):
+        counts = dict.fromkeys(types, 0)
+    else:
+        counts = count_by_type(mine_signals(ctx.store, ctx.cfg.signals, ctx.run_id, ctx.round), types)
+    # the paper's three keep their own columns; every type (user files too) is in signal_counts
+    return {**{f"signals_{t}": counts.get(t, 0) for t in PAPER_SIGNALS}, "signal_counts": counts}
+
+
+PAPER_SIGNALS = ("forgetting", "boundary", "rare")
+
+
+def round_warnings(signal_counts: dict[str, int], store: Store, run_id: str, round_no: int) -> list[str]:
+    """Warnings for the round summary: reward hacking (the ``reward_hacking`` signal fired)."""
+    n = signal_counts.get("reward_hacking", 0)
+    if not n:
+        return []
+    rows = store.read(
+        "signals",
+        filter=(ds.field("run_id") == run_id)
+        & (ds.field("round") == round_no)
+        & (ds.field("signal_type") == "reward_hacking"),
+        columns=["task_id", "evidence"],
+    ).to_pylist()
+    kinds = sorted({json.loads(r["evidence"] or "{}").get("kind", "?") for r in rows})
+    return [
+        f"reward hacking: {n} task(s) earn training reward without the success it stands for "
+        f"({', '.join(kinds)}; e.g. {rows[0]['task_id'] if rows else '?'}): "
+        f"coevolve signals --round {round_no} --run {run_id}"
+    ]
 
 
 def _explore(ctx: RoundContext) -> dict:
@@ -334,8 +360,15 @@ def record_round(store: Store, cfg: RunConfig, round_no: int) -> dict:
         "synth_reward": m["evaluate"].get("synth_reward"),
         "finished_at": datetime.now(timezone.utc),
     }
-    for t in ("forgetting", "boundary", "rare"):
+    for t in PAPER_SIGNALS:
         row[f"signals_{t}"] = m["signals"].get(f"signals_{t}")
+    counts = m["signals"].get("signal_counts")
+    row["signal_counts"] = json.dumps(counts) if counts is not None else None  # in the stage's order
+    row["partial_share"] = m["validate"].get("partial_share")
+    warnings = round_warnings(counts or {}, store, cfg.run_name, round_no)
+    for w in warnings:
+        log.warning("round %d: %s", round_no, w)
+    row["warnings"] = json.dumps(warnings) if warnings else None
     for stage in STAGES:
         row[f"t_{stage}"] = m[stage].get("seconds")
     for stage, parts in SPLIT_COLUMNS.items():

@@ -94,8 +94,11 @@ SIGNALS = pa.schema(
     [
         ("run_id", pa.string()),
         ("signal_id", pa.string()),
-        ("signal_type", pa.string()),  # forgetting | boundary | rare
-        ("task_id", pa.string()),  # null for rare patterns
+        (
+            "signal_type",
+            pa.string(),
+        ),  # the signal file's name: forgetting | boundary | rare | uncertainty | reward_hacking | a user's
+        ("task_id", pa.string()),  # null for pattern signals (rare)
         ("pattern", pa.string()),  # null for task signals
         ("score", pa.float64()),
         ("evidence", pa.string()),  # JSON
@@ -134,6 +137,13 @@ CANDIDATES = pa.schema(
         ("reward", pa.float64()),  # best partial reward of the solver attempts
         ("success", pa.bool_()),
         ("content_hash", pa.string()),
+        # how an accepted task passed: success (an attempt solved it) | partial (failed with
+        # positive reward) | mechanical (round 0: pass 1 only); null for rejected rows
+        ("pass_kind", pa.string()),
+        # the nearest held-out benchmark turn (coevolve.contamination): its similarity in [0, 1]
+        # and its id; null where the check did not run (a candidate rejected before it)
+        ("contamination", pa.float64()),
+        ("contamination_id", pa.string()),
     ]
 )
 
@@ -150,10 +160,13 @@ ROUNDS = pa.schema(
         ("signals_forgetting", pa.int32()),
         ("signals_boundary", pa.int32()),
         ("signals_rare", pa.int32()),
+        ("signal_counts", pa.string()),  # JSON {signal_type: count} over every signal file (user ones included)
         ("n_explorations", pa.int32()),
         ("n_candidates", pa.int32()),
         ("n_accepted", pa.int32()),
         ("pass_rate", pa.float64()),
+        ("partial_share", pa.float64()),  # share of accepted tasks that passed by failure with positive reward
+        ("warnings", pa.string()),  # JSON list of warnings of the round (reward hacking), null when none
         ("eval_score", pa.float64()),
         ("eval_reward", pa.float64()),
         ("synth_score", pa.float64()),  # success rate on the held-out synthesized split (null: none)

@@ -5,18 +5,22 @@ checks first; the first failing check is the reason):
 
 1. **spec**: the JSON spec decodes into a ``Task`` with one reference list per turn and at
    least one reference call;
-2. **safety** (``coevolve.safety``): no reference call to a blocked function, no argument
+2. **contamination** (``coevolve.contamination``): the similarity to the nearest held-out
+   benchmark turn (instruction word n-grams, calls on the same start state) is recorded in
+   ``contamination`` / ``contamination_id``; above ``validate.contamination_threshold`` the
+   candidate is refused (reason ``contamination: ...``);
+3. **safety** (``coevolve.safety``): no reference call to a blocked function, no argument
    matching a blocked pattern (``validate.blocked_functions`` / ``blocked_arguments``), and
    none of the general rules over the environment's action roles and the start state
    (``validate.safety_rules``: unknown parties, secrets sent out, credential changes,
    deletions of existing records, backdated actions) broken;
-3. **duplicates** (``coevolve.duplicates``): not the same content as a pool task or an earlier candidate (exact),
+4. **duplicates** (``coevolve.duplicates``): not the same content as a pool task or an earlier candidate (exact),
    nor a near-duplicate: same start state and a Jaccard similarity of the sets of
    reference calls >= ``near_duplicate_threshold``;
-4. **quality** (``coevolve.quality``): no schema filler, no value of the wrong role, no
+5. **quality** (``coevolve.quality``): no schema filler, no value of the wrong role, no
    reference call whose result is a failure (reasons ``filler: ...``, ``wrong role: ...``,
    ``failing goal: ...``);
-5. **pass 1, executable**: in a fresh episode every reference call runs without error from
+6. **pass 1, executable**: in a fresh episode every reference call runs without error from
    the initial state and the replay reaches the task's own goal (``replay``); and every turn
    has an effect (``no_effect_turn``, unless ``require_effect`` is off): its calls change the
    state or return an answer the agent has not already been given. A turn is probed in a
@@ -25,13 +29,19 @@ checks first; the first failing check is the reason):
    anyway (BFCL: state equal to the reference's and the reference results already among
    the agent's), the turn's calls did nothing the task could ask for (a repeated read, a
    zero-amount update), and the task is rejected;
-6. **pass 2, learnable**: the solver (``validate.solver``, default the round's policy)
+7. **pass 2, learnable**: the solver (``validate.solver``, default the round's policy)
    attempts the task ``attempts`` times, batched through the rollout engine; kept if an
    attempt succeeds or makes progress (``progress``: reference effects reproduced, never a
    format bonus); dropped as too easy when every attempt succeeds (``drop_solved``).
+   **Auditable**: an accepted row records how it passed, ``pass_kind`` = ``success`` (an attempt
+   solved it) or ``partial`` (every attempt failed, with positive progress); when the partial
+   share of the round's accepted rows is above ``validate.max_partial_share``, the partial ones
+   with the lowest reward are rejected (reason ``partial cap: ...``) until it is not. The share
+   is ``partial_share`` in the stage summary and in ``rounds``.
 
 Without a policy (``policy_path=None``: round 0, no trained policy yet) the 'policy' solver
-has nothing to attempt with: candidates get the mechanical checks and pass 1 only.
+has nothing to attempt with: candidates get the mechanical checks and pass 1 only
+(``pass_kind = 'mechanical'``).
 
 Every row gets a verdict and a reason; a rejection's reason names its pass and check, e.g.
 ``pass 1 no effect: ...``, ``pass 2 too easy: ...``; its kind (``reason_kind``) is the text
@@ -63,6 +73,7 @@ from coevolve.duplicates import pool_index, state_key, task_calls
 from coevolve.envs.base import Environment
 from coevolve.types import EpisodeScore, ToolCall
 from coevolve.explorers.base import observed_error
+from coevolve.contamination import contamination_reason, heldout_index
 from coevolve.quality import quality_reason
 from coevolve.registry import register, resolve
 from coevolve.safety import SafetyPolicy
@@ -240,17 +251,23 @@ def learnable(a: Attempts, drop_solved: bool) -> dict[str, Any]:
     """Pass 2's verdict on one task's attempts: verdict, reason, reward (best progress), success."""
     k, solved = len(a.successes), sum(a.successes)
     best = max(a.progress, default=0.0)
-    row = {"reward": best, "success": solved > 0}
+    row: dict[str, Any] = {"reward": best, "success": solved > 0}
     if not k:
         return {**row, "verdict": "rejected", "reason": "pass 2 no attempt: the solver returned none"}
     if drop_solved and solved == k:
         return {**row, "verdict": "rejected", "reason": f"pass 2 too easy: solved in all {k} attempts"}
     if solved:
-        return {**row, "verdict": "accepted", "reason": f"accepted: pass 2 solved in {solved} of {k} attempts"}
+        return {
+            **row,
+            "verdict": "accepted",
+            "pass_kind": "success",
+            "reason": f"accepted: pass 2 solved in {solved} of {k} attempts",
+        }
     if best > 0.0:
         return {
             **row,
             "verdict": "accepted",
+            "pass_kind": "partial",
             "reason": f"accepted: pass 2 failed {k} attempts with progress {best:.2f}",
         }
     return {
@@ -322,7 +339,11 @@ def validate_rows(
         out, passed = _pass1(rows, pool_rows, env, cfg)
     if solver is None:
         for i, _ in passed:
-            out[i].update(verdict="accepted", reason="accepted: pass 1 (no policy to attempt it yet: pass 2 skipped)")
+            out[i].update(
+                verdict="accepted",
+                pass_kind="mechanical",
+                reason="accepted: pass 1 (no policy to attempt it yet: pass 2 skipped)",
+            )
         return out
     with splits.part("pass2"):
         for (i, _), verdict in zip(passed, pass2_verdicts(solver, [t for _, t in passed], cfg.validate)):
@@ -337,6 +358,7 @@ def _pass1(
     vcfg = cfg.validate
     safety = safety_policy(cfg, env)
     index = pool_index(pool_rows, vcfg.near_duplicate_threshold)
+    heldout = heldout_index(env, cfg.env.heldout_scenarios, cfg.seed)
     out = [dict(r) for r in rows]
     passed: list[tuple[int, Task]] = []
     for i, row in enumerate(out):
@@ -352,7 +374,12 @@ def _pass1(
             row.update(verdict="rejected", reason=f"spec: {type(exc).__name__}: {str(exc)[:200]}")
             continue
         calls, state = task_calls(task), state_key(task.env, task.initial_state)
-        reason = safety.check(task) or index.find(task.content_hash, state, calls) or quality_reason(env, task)
+        similarity, nearest = heldout.nearest(task)
+        row.update(contamination=similarity, contamination_id=nearest)
+        reason = contamination_reason(similarity, nearest, vcfg.contamination_threshold)
+        reason = (
+            reason or safety.check(task) or index.find(task.content_hash, state, calls) or quality_reason(env, task)
+        )
         reason = reason or executable(env, task, vcfg.require_effect)
         if reason:
             row.update(verdict="rejected", reason=reason)
@@ -398,9 +425,40 @@ def validate(
         out = validate_rows(rows, pool_rows, env, cfg, solver, splits)
     else:
         out = _validate_elsewhere(store, run_id, round_no, rows, pool_rows, env, cfg, pass2, splits)
-    table = to_table("candidates", out)
+    table = to_table("candidates", cap_partial(out, cfg.validate.max_partial_share))
     store.write("candidates", round_no, part, table)
     return table
+
+
+def cap_partial(rows: list[dict[str, Any]], max_share: float) -> list[dict[str, Any]]:
+    """Reject accepted ``partial`` rows, lowest reward first (ties: candidate id), until their share
+    of the accepted rows is <= ``max_share``; the others are returned as they are."""
+    out = [dict(r) for r in rows]
+    accepted = [r for r in out if r.get("verdict") == "accepted"]
+    partial = sorted(
+        (r for r in accepted if r.get("pass_kind") == "partial"),
+        key=lambda r: (r.get("reward") or 0.0, r.get("candidate_id") or ""),
+    )
+    n_acc, n_part = len(accepted), len(partial)
+    for r in partial:
+        if n_acc == 0 or n_part / n_acc <= max_share + 1e-12:
+            break
+        r.update(
+            verdict="rejected",
+            pass_kind=None,
+            reason=f"partial cap: the round's partial share {n_part / n_acc:.2f} is above validate.max_partial_share "
+            f"{max_share:.2f} (progress {r.get('reward') or 0.0:.2f}, among the lowest)",
+        )
+        n_acc, n_part = n_acc - 1, n_part - 1
+    return out
+
+
+def partial_share(rows: list[dict[str, Any]]) -> float | None:
+    """Share of the accepted rows that passed by failure with positive reward (None: none accepted)."""
+    accepted = [r for r in rows if r.get("verdict") == "accepted"]
+    if not accepted:
+        return None
+    return round(sum(r.get("pass_kind") == "partial" for r in accepted) / len(accepted), 4)
 
 
 def _validate_elsewhere(
@@ -442,6 +500,8 @@ def summarize_candidates(table: pa.Table) -> dict[str, Any]:
         "rejections": dict(Counter(reason_kind(r["reason"]) for r in rejected).most_common()),
         "rejections_by_pass": dict(sorted(Counter(reason_pass(r["reason"]) for r in rejected).items())),
         "accepted_by_signal_type": dict(sorted(Counter(r["signal_type"] for r in accepted).items())),
+        "accepted_by_pass_kind": dict(sorted(Counter(r.get("pass_kind") or "?" for r in accepted).items())),
+        "partial_share": partial_share(rows),
         "accepted_turns": {str(k): v for k, v in sorted(Counter(r["n_turns"] for r in accepted).items())},
     }
 

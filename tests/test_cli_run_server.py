@@ -50,7 +50,7 @@ def test_the_summary_printed_to_a_log_keeps_every_column(capsys):
     row.update({"t_train": 500.0, "t_total": 900.0, "t_train_load": 30.0, "t_evaluate_rest": 12.5})
     print_summary([row])  # stdout is captured here, not a terminal: a log file's case
     out = capsys.readouterr().out
-    heads = "round pool forget bound rare cands kept pass trainR eval evalR synth synthR".split()
+    heads = "round pool signals cands kept pass partial trainR eval evalR synth synthR".split()
     header = next(line for line in out.splitlines() if line.split()[:2] == ["round", "pool"])
     assert header.split() == heads
     assert "0.06" in out and "12.50" in out  # the last column of the summary and of the split

@@ -6,6 +6,15 @@ of the tiny config then run without Prefect, and no sentinel may appear in a tra
 table (``tasks`` split train, ``explorations``, ``candidates``, ``rollouts`` phase train) nor
 in the SFT warm start's examples. On the code before round 0 synthesized the pool (seed
 tasks copied from BFCL entries), the sentinels fill the pool and this test fails.
+
+**The one exception, to refuse only.** The contamination check of validation
+(``coevolve.contamination``) is the one place on the training side that reads held-out
+benchmark questions and ground-truth calls: it compares every candidate with them and refuses
+near-copies, and nothing it reads leaves it except a similarity and a held-out turn id
+(``candidates.contamination`` / ``contamination_id``). The round test below checks that it is
+the only training-side caller of the environment's benchmark readers while two rounds run, and
+``test_only_evaluation_and_the_contamination_check_read_the_benchmark`` checks the source: no
+other module of the training side calls ``heldout_tasks`` or ``load_tasks``.
 """
 
 from __future__ import annotations
@@ -64,6 +73,9 @@ def _leaks(table) -> list[str]:
 
 
 def test_no_benchmark_question_or_ground_truth_reaches_the_training_side(sentinel_data, tmp_path, monkeypatch):
+    import inspect
+
+    import coevolve.contamination as contamination
     import coevolve.round as round_module
     import coevolve.train.sft as sft
     from coevolve.envs.bfcl import BfclEnvironment
@@ -86,6 +98,17 @@ def test_no_benchmark_question_or_ground_truth_reaches_the_training_side(sentine
         seen["examples"] += [tokenizer.decode(ids) for ids, _ in examples]
         return real_sft(model, tokenizer, examples, **kw)
 
+    # who reads the benchmark (questions, ground truth) while the training side runs
+    readers: list[str] = []
+    for name in ("heldout_tasks", "load_tasks"):
+        real_reader = getattr(BfclEnvironment, name)
+
+        def spy(self, *a, _real=real_reader, **kw):
+            readers.append(inspect.stack()[1].frame.f_globals.get("__name__", "?"))
+            return _real(self, *a, **kw)
+
+        monkeypatch.setattr(BfclEnvironment, name, spy)
+    monkeypatch.setattr(contamination, "_INDEXES", {})  # built anew under the sentinel data
     monkeypatch.setattr(sft, "reference_chats", chats)
     monkeypatch.setattr(sft, "run_sft", run_sft)
     # evaluation reads the benchmark by design and writes only phase-eval rows: not under test here
@@ -109,6 +132,8 @@ def test_no_benchmark_question_or_ground_truth_reaches_the_training_side(sentine
     )
     rows = run_rounds(cfg)
     assert [r["round"] for r in rows] == [0, 1, 2]
+    # the contamination check read the held-out tasks (to refuse only), and nothing else did
+    assert readers and set(readers) == {"coevolve.contamination"}
 
     store = Store(cfg.store)
     tasks = store.read("tasks")
@@ -195,3 +220,34 @@ def test_no_heldout_scenario_reaches_the_training_side(tmp_path, monkeypatch):
 def _scenario(task_id: str) -> int:
     """The scenario a (possibly derived, ``<root>~x<round>.<hash>``) task id starts from."""
     return bfcl_data.scenario_of(task_id.split("~")[0])
+
+
+# the benchmark's readers: questions and ground-truth calls come out of these
+BENCHMARK_READERS = {"heldout_tasks", "load_tasks"}
+# who may call them: evaluation, the environments that define them, benchmarks and the
+# evaluation CLI (not the training side), and the contamination check (to refuse only)
+MAY_READ = {
+    "coevolve/evaluate.py",
+    "coevolve/contamination.py",
+    "coevolve/cli/eval.py",
+}
+MAY_READ_UNDER = ("coevolve/envs/", "coevolve/bench/")
+
+
+def test_only_evaluation_and_the_contamination_check_read_the_benchmark():
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    callers = set()
+    for path in sorted([*root.glob("coevolve/**/*.py"), *root.glob("flows/**/*.py")]):
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in BENCHMARK_READERS
+            ):
+                callers.add(rel)
+    training_side = {c for c in callers if c not in MAY_READ and not c.startswith(MAY_READ_UNDER)}
+    assert training_side == set(), f"training-side modules read held-out benchmark tasks: {sorted(training_side)}"
+    assert "coevolve/contamination.py" in callers  # the check itself is found by this scan

@@ -444,6 +444,9 @@ def test_pandas_reference_matches_sql_on_a_synthetic_log(tmp_path):
     assert {t for t in planted.forgetting} <= {r["task_id"] for r in sql["forgetting"]}
     assert planted.rare in {r["pattern"] for r in sql["rare"]}
     assert sql["boundary"] and sql["forgetting"]
+    # the planted low-confidence coin flips, and partial credit on hard tasks never solved
+    assert planted.uncertain and set(planted.uncertain) <= {r["task_id"] for r in sql["uncertainty"]}
+    assert {r["kind"] for r in sql["reward_hacking"]} >= {"partial"}
 
 
 def test_compare_reports_differences():
@@ -495,3 +498,4 @@ def test_cli_signals_and_bench(forgetting_log, tmp_path):
     res = runner.invoke(app, ["bench", "signals", "--rows", "30000", "--store", str(tmp_path / "bench")])
     assert res.exit_code == 0, res.output
     assert "results identical" in res.output and "forgetting" in res.output and "recovered" in res.output
+    assert "uncertainty" in res.output and "reward_hacking" in res.output  # every built-in, five

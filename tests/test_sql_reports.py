@@ -70,7 +70,7 @@ def _json(store: str, *args: str) -> list[dict]:
 
 
 def test_every_report_has_a_header_and_runs(tiny_store):
-    assert {p.stem for p in REPORTS} == {"pool_growth", "task_lineage", "signal_resolution"}
+    assert {p.stem for p in REPORTS} == {"pool_growth", "task_lineage", "signal_resolution", "signal_value"}
     for path in REPORTS:
         header = [line for line in path.read_text().splitlines() if line.startswith("--")]
         text = " ".join(header)
@@ -174,3 +174,20 @@ def test_signal_resolution_on_the_embedded_default(default_store):
         (r["round"], r["signal_type"], r["signals"], r["explored"], r["yielded_tasks"], r["later_rounds"]) for r in rows
     ]
     assert got == [(1, "boundary", 1, 1, 0, 1), (2, "boundary", 2, 2, 2, 0)]
+
+
+def test_signal_value_on_the_embedded_default(default_store):
+    rows = _json(default_store, "--file", "sql/reports/signal_value.sql")
+    got = {(r["round"], r["signal_type"]): r for r in rows}
+    assert set(got) == {(0, "static"), (1, "boundary"), (1, "fallback"), (2, "boundary"), (2, "fallback")}
+    # round 1's fallback tasks: 3 yielded, 2 of them by partial credit (read from the reason in a
+    # store older than pass_kind), solved in 1 of 6 validation attempts, then 0.75 in round 2
+    r = got[(1, "fallback")]
+    assert (r["signals"], r["yielded_tasks"], r["partial"]) == (0, 3, 2)
+    assert r["success_validate"] == pytest.approx(1 / 6, abs=1e-4) and r["success_next"] == 0.75
+    assert r["success_change"] == pytest.approx(0.75 - 1 / 6, abs=1e-4)
+    assert (r["eval_score"], r["eval_next"], r["eval_change"]) == (0.0, 0.0, 0.0)
+    # round 2: the last round, nothing trained on its tasks yet
+    b = got[(2, "boundary")]
+    assert (b["signals"], b["yielded_tasks"], b["success_next"], b["eval_next"]) == (2, 2, None, None)
+    assert got[(1, "boundary")]["yielded_tasks"] == 0

@@ -33,7 +33,14 @@ from coevolve.bench.signals_log import RARE_NEAR_MISS, RUN_ID, generate_log
 from coevolve.bench.signals_pandas import pandas_signals
 from coevolve.config import SignalsConfig
 
-KEY = {"forgetting": "task_id", "boundary": "task_id", "rare": "pattern"}
+# the built-in signals the pandas reference implements (a user's signal files have none)
+KEY = {
+    "forgetting": "task_id",
+    "boundary": "task_id",
+    "rare": "pattern",
+    "uncertainty": "task_id",
+    "reward_hacking": "task_id",
+}
 
 
 # --------------------------------------------------------------------------- comparison
@@ -65,16 +72,17 @@ def canonical(found: dict[str, pa.Table | pd.DataFrame]) -> dict[str, list[dict]
     for signal_type, rows in found.items():
         records = rows.to_pylist() if isinstance(rows, pa.Table) else rows.to_dict("records")
         plain = [{k: _plain(v) for k, v in r.items()} for r in records]
-        out[signal_type] = sorted(plain, key=lambda r: r[KEY[signal_type]])
+        key = KEY.get(signal_type, "task_id")
+        out[signal_type] = sorted(plain, key=lambda r: (r[key] is None, r[key] or ""))
     return out
 
 
 def compare(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> list[str]:
     """Differences between two canonical signal sets (empty when identical)."""
     problems = []
-    for signal_type in KEY:
-        left = {r[KEY[signal_type]]: r for r in a[signal_type]}
-        right = {r[KEY[signal_type]]: r for r in b[signal_type]}
+    for signal_type in [t for t in KEY if t in a or t in b]:
+        left = {r[KEY[signal_type]]: r for r in a.get(signal_type, [])}
+        right = {r[KEY[signal_type]]: r for r in b.get(signal_type, [])}
         only_l, only_r = sorted(set(left) - set(right)), sorted(set(right) - set(left))
         if only_l or only_r:
             problems.append(
@@ -99,7 +107,7 @@ def _measure(side: str, store_dir: str, cfg: SignalsConfig, round_no: int, out: 
         from coevolve.store import Store
 
         con = connect(Store(store_dir), memory_limit=cfg.memory_limit, threads=cfg.threads or None)
-        found = run_queries(con, cfg, RUN_ID, round_no)
+        found = {t: v for t, v in run_queries(con, cfg, RUN_ID, round_no).items() if t in KEY}
     else:
         found = pandas_signals(store_dir, cfg, RUN_ID, round_no)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu  # cpu: all threads
@@ -162,8 +170,10 @@ def bench(
     )
     found = {t: {r[KEY[t]] for r in v} for t, v in sql["signals"].items()}
     recovered = sum(t in found["forgetting"] for t in planted.forgetting)
+    uncertain = sum(t in found["uncertainty"] for t in planted.uncertain)
     echo(
         f"planted: forgetting {recovered}/{len(planted.forgetting)} recovered; "
+        f"uncertainty {uncertain}/{len(planted.uncertain)} recovered; "
         f"rare {planted.rare!r} {'recovered' if planted.rare in found['rare'] else 'MISSED'}; "
         f"near miss {' > '.join(RARE_NEAR_MISS)!r} {'LEAKED' if ' > '.join(RARE_NEAR_MISS) in found['rare'] else 'rejected'}"
     )

@@ -4,8 +4,9 @@
 
 ``generate_log`` writes the step rows of a synthetic run as Parquet into a store, chunk by chunk
 with numpy and pyarrow so memory stays bounded whatever N. It plants each kind of signal: tasks
-solved in earlier rounds and failed in the last, tasks whose samples disagree, and tool-call pairs
-that occur in a handful of episodes; it mixes in eval episodes, another run's episodes, parse
+solved in earlier rounds and failed in the last, tasks whose samples disagree, tool-call pairs
+that occur in a handful of episodes, coin-flip tasks acted on with low confidence (behaviour
+log-probs), and hard tasks that earn partial credit without ever being solved; it mixes in eval episodes, another run's episodes, parse
 errors and null outcomes that must not leak. ``Planted`` says what the queries must recover.
 """
 
@@ -22,7 +23,9 @@ import pyarrow.parquet as pq
 from coevolve.schemas import ROLLOUTS
 
 # ROLLOUTS columns no signal query reads: the synthetic log leaves them null
-_UNREAD = {"reward_progress", "reward_format", "prompt_ids", "completion_ids", "completion_logprobs"}
+_UNREAD = {"prompt_ids", "completion_ids"}
+TOKENS_PER_MESSAGE = 4  # behaviour log-probs logged per step (one model message per step here)
+LOW_CONFIDENCE = -0.5  # mean token log-prob of the planted uncertain tasks (the others: -0.03)
 
 RUN_ID = "bench"
 OTHER_RUN_ID = "bench-other"
@@ -46,11 +49,19 @@ class Planted:
     tasks: int
     forgetting: list[str]
     rare: str
+    uncertain: list[str]  # coin-flip tasks the policy acts on with low confidence
 
 
 def _task_kinds(n_tasks: int, rng: np.random.Generator) -> np.ndarray:
     """0 easy, 1 hard, 2 coin flip, 3 forgotten in the last round, 4 learned in the last."""
     return rng.choice(5, size=n_tasks, p=[0.45, 0.35, 0.10, 0.05, 0.05])
+
+
+def _confidence(n_tasks: int, kinds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each task's mean token log-prob: low for a third of the coin-flip tasks (planted
+    uncertainty) and a few others (low confidence alone, outcomes not mixed), -0.03 elsewhere."""
+    low = ((kinds == 2) & (rng.random(n_tasks) < 1 / 3)) | ((kinds == 0) & (rng.random(n_tasks) < 0.02))
+    return np.where(low, LOW_CONFIDENCE, -0.03)
 
 
 def _success_prob(kind: np.ndarray, last_round: bool) -> np.ndarray:
@@ -101,7 +112,18 @@ def _episodes(round_no: int, rounds: int, kinds: np.ndarray, rng: np.random.Gene
         "reward": reward,
         "reward_null": rng.random(len(task)) < 0.01,
         "length": rng.integers(4, MAX_LEN + 1, len(task)),
+        "format": rng.integers(0, 5, len(task)) / 4.0,
     }
+
+
+def _logprobs(mean: np.ndarray, rng: np.random.Generator) -> pa.ListArray:
+    """``TOKENS_PER_MESSAGE`` log-probs per row around ``mean``, multiples of 1/64 so that any
+    order of summation (float32 lists, float64 sums) gives the same totals."""
+    n = len(mean)
+    noise = rng.integers(-4, 5, (n, TOKENS_PER_MESSAGE)) / 64.0
+    values = np.minimum(np.round(mean[:, None] * 64) / 64 + noise, 0.0).astype(np.float32).ravel()
+    offsets = np.arange(0, n * TOKENS_PER_MESSAGE + 1, TOKENS_PER_MESSAGE, dtype=np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32()))
 
 
 def _steps(eps: dict[str, np.ndarray], sel: np.ndarray, round_no: int, workflows: np.ndarray, rng) -> pa.Table:
@@ -153,6 +175,11 @@ def _steps(eps: dict[str, np.ndarray], sel: np.ndarray, round_no: int, workflows
             "n_tokens": pa.array(rng.integers(5, 60, n), pa.int32()),
             "policy_version": _dict_array(np.zeros(n, np.int8), [f"r{round_no}"]),
             "finish_reason": pa.nulls(n, pa.string()),
+            # reward parts: progress is the partial credit, format a per-episode share of well-formed calls
+            "reward_progress": pa.array(eps["reward"][ep], mask=eps["reward_null"][ep]),
+            "reward_format": pa.array(eps["format"][ep], mask=eps["reward_null"][ep]),
+            # a message's log-probs sit on its step row; steps without a call have them too
+            "completion_logprobs": _logprobs(eps["confidence"][task], rng),
             # the columns the signal queries do not read stay null
             **{f.name: pa.nulls(n, f.type) for f in ROLLOUTS if f.name in _UNREAD},
         },
@@ -198,11 +225,13 @@ def generate_log(
     n_tasks = max(TASKS_PER_STEP, int(rows / per_task))
     kinds = _task_kinds(n_tasks, rng)
     workflows = rng.integers(0, N_TOOLS, (N_WORKFLOWS, MAX_LEN))
+    confidence = _confidence(n_tasks, kinds, rng)
     base = Path(store_dir) / "tables" / "rollouts"
     for stale in base.glob("round=*/bench-*.parquet"):  # an earlier, larger log's extra parts
         stale.unlink()
     for round_no in range(1, rounds + 1):
         eps = _episodes(round_no, rounds, kinds, rng)
+        eps["confidence"] = confidence
         out = base / f"round={round_no}"
         out.mkdir(parents=True, exist_ok=True)
         plant = round_no == rounds
@@ -218,4 +247,7 @@ def generate_log(
                 table = _apply_plants(table, eps, sel)
             pq.write_table(table, out / f"bench-{part:04d}.parquet", compression="zstd", row_group_size=256_000)
     forgotten = [f"t{i}" for i in np.flatnonzero(kinds == 3)]
-    return Planted(rounds=rounds, tasks=n_tasks, forgetting=forgotten, rare=" > ".join(RARE_PLANTED))
+    uncertain = [f"t{i}" for i in np.flatnonzero((kinds == 2) & (confidence == LOW_CONFIDENCE))]
+    return Planted(
+        rounds=rounds, tasks=n_tasks, forgetting=forgotten, rare=" > ".join(RARE_PLANTED), uncertain=uncertain
+    )

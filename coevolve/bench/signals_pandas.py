@@ -1,6 +1,7 @@
-"""The pandas reference of ``coevolve bench signals``: the three signal definitions of
-``sql/signals/`` again, in vectorized pandas (groupby / shift / merge, no Python loop over rows
-or groups), with the columns of the SQL queries.
+"""The pandas reference of ``coevolve bench signals``: the built-in signal definitions of
+``sql/signals/`` (forgetting, boundary, rare, uncertainty, reward_hacking) again, in vectorized
+pandas and pyarrow (groupby / shift / merge, list kernels; no Python loop over rows or groups),
+with the columns of the SQL queries and their header defaults (``signals.params`` applied).
 
     found = pandas_signals("/tmp/store", SignalsConfig(), "bench", 4)   # {"forgetting": df, ...}
 """
@@ -187,6 +188,176 @@ def _rare(store_dir, cfg: SignalsConfig, run_id: str, round_no: int) -> pd.DataF
     ]
 
 
+def _builtin_params(name: str, cfg: SignalsConfig) -> dict[str, Any]:
+    """A built-in signal's declared parameters as the stage passes them (header defaults, then
+    ``signals.params``)."""
+    from coevolve.signals import BUILTIN_DIR, parse_header
+
+    return parse_header(BUILTIN_DIR / f"{name}.sql", builtin=True).params | cfg.params.get(name, {})
+
+
+def _uncertainty(store_dir, cfg: SignalsConfig, run_id: str, round_no: int) -> pd.DataFrame:
+    p = _builtin_params("uncertainty", cfg)
+    dataset = ds.dataset(
+        Path(store_dir) / "tables" / "rollouts",
+        format="parquet",
+        partitioning=ds.partitioning(pa.schema([("round", pa.int32())]), flavor="hive"),
+    )
+    filt = (
+        (ds.field("run_id") == run_id)
+        & ds.field("phase").isin(cfg.phases)
+        & (ds.field("round") == round_no)
+        & ds.field("task_id").is_valid()
+    )
+    cols = ["phase", "episode_id", "task_id", "success", "episode_reward", "action_name", "completion_logprobs"]
+    table = dataset.to_table(columns=cols, filter=filt)
+    # the log-probs of tool-call messages only, reduced per row with arrow's list kernels
+    lists = pc.if_else(
+        pc.is_valid(table["action_name"]),
+        table["completion_logprobs"],
+        pa.scalar(None, table["completion_logprobs"].type),
+    )
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    n_rows = len(lists)
+    flat = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.float64)
+    parent = pc.list_parent_indices(lists).to_numpy()
+    has = pc.is_valid(lists).to_numpy(zero_copy_only=False)
+    n_tok = np.bincount(parent, minlength=n_rows).astype(np.float64)
+    sum_lp = np.bincount(parent, weights=flat, minlength=n_rows)
+    n_low = np.bincount(parent, weights=(flat < p["low_logprob"]).astype(np.float64), minlength=n_rows)
+    df = table.drop_columns(["completion_logprobs", "action_name"])
+    df = df.set_column(
+        df.schema.get_field_index("success"), "success", pc.cast(df["success"], pa.float64())
+    ).to_pandas()
+    df["has"] = has.astype(np.int64)
+    df["n_tok"] = np.where(has, n_tok, np.nan)
+    df["sum_lp"] = np.where(has, sum_lp, np.nan)
+    df["n_low"] = np.where(has, n_low, np.nan)
+    ep = (
+        df.groupby(["phase", "episode_id", "task_id"], sort=False)
+        .agg(
+            success=("success", "max"),
+            reward=("episode_reward", "max"),
+            n_messages=("has", "sum"),
+            n_tokens=("n_tok", "sum"),
+            sum_logprob=("sum_lp", "sum"),
+            n_low=("n_low", "sum"),
+        )
+        .reset_index()
+    )
+    g = ep.groupby("task_id", sort=False)
+    tasks = g.agg(
+        n=("success", "size"),
+        n_success=("success", "count"),
+        rate=("success", "mean"),
+        n_reward=("reward", "count"),
+        reward_max=("reward", "max"),
+        reward_min=("reward", "min"),
+        n_messages=("n_messages", "sum"),
+        n_tokens=("n_tokens", "sum"),
+        sum_logprob=("sum_logprob", "sum"),
+        n_low=("n_low", "sum"),
+    )
+    tasks["reward_var"] = g["reward"].var(ddof=0)
+    tasks["failing_episode_id"] = ep[ep["success"].ne(1)].groupby("task_id")["episode_id"].min()
+    tasks = tasks.reset_index()
+    tasks["mean_logprob"] = (tasks["sum_logprob"] / tasks["n_tokens"]).round(12)
+    tasks["low_token_share"] = tasks["n_low"] / tasks["n_tokens"]
+    mixed = ((tasks["n_success"] >= p["min_samples"]) & (tasks["rate"] > 0) & (tasks["rate"] < 1)) | (
+        (tasks["n_reward"] >= p["min_samples"]) & (tasks["reward_max"] > tasks["reward_min"])
+    )
+    # the SQL compares the unrounded mean with the threshold and with the round's quantile
+    raw_mean = tasks["sum_logprob"] / tasks["n_tokens"]
+    with_tokens = raw_mean[tasks["n_tokens"] > 0].to_numpy()
+    cutoff = float(np.quantile(with_tokens, p["quantile"])) if len(with_tokens) else np.nan
+    tasks["cutoff"] = round(cutoff, 12) if len(with_tokens) else np.nan
+    low = (raw_mean <= p["max_mean_logprob"]) | (raw_mean <= cutoff)
+    tasks = tasks[(tasks["n_tokens"] > 0) & low & mixed]
+    return tasks.assign(score=(-(tasks["sum_logprob"] / tasks["n_tokens"])).round(12))[
+        [
+            "task_id",
+            "score",
+            "n",
+            "n_success",
+            "rate",
+            "reward_var",
+            "mean_logprob",
+            "low_token_share",
+            "n_messages",
+            "n_tokens",
+            "cutoff",
+            "failing_episode_id",
+        ]
+    ]
+
+
+def _reward_hacking(store_dir, cfg: SignalsConfig, run_id: str, round_no: int) -> pd.DataFrame:
+    p = _builtin_params("reward_hacking", cfg)
+    cols = ["round", "phase", "episode_id", "task_id", "success", "episode_reward", "reward_progress", "reward_format"]
+    df = _read(store_dir, run_id, cols, cfg.phases, (ds.field("round") <= round_no) & ds.field("task_id").is_valid())
+    ep = (
+        df.groupby(cols[:4], sort=False)
+        .agg(
+            success=("success", "max"),
+            reward=("episode_reward", "max"),
+            progress=("reward_progress", "max"),
+            format=("reward_format", "max"),
+        )
+        .reset_index()
+    )
+    ep["solved"] = ep["success"].eq(1)
+    rounds = (
+        ep.groupby(["task_id", "round"], sort=False)
+        .agg(
+            n=("success", "size"),
+            rate=("success", "mean"),
+            reward=("reward", "mean"),
+            progress=("progress", "mean"),
+            format=("format", "mean"),
+            solved=("solved", "any"),
+        )
+        .reset_index()
+    )
+    failing = ep[ep["success"].ne(1)].groupby(["task_id", "round"])["episode_id"].min().rename("failing_episode_id")
+    rounds = rounds.merge(failing.reset_index(), on=["task_id", "round"], how="left")
+    ever = rounds.groupby("task_id")["solved"].any().rename("ever_solved").reset_index()
+    now = rounds[(rounds["round"] == round_no) & (rounds["n"] >= p["min_samples"])]
+    earlier = (
+        rounds[rounds["round"] < round_no].sort_values(["task_id", "round"]).drop_duplicates("task_id", keep="last")
+    )
+    before = earlier[["task_id", "round", "rate", "reward"]].rename(
+        columns={"round": "before_round", "rate": "before_rate", "reward": "before_reward"}
+    )
+    j = now.merge(ever, on="task_id").merge(before, on="task_id", how="left")
+    j["reward_rise"] = j["reward"] - j["before_reward"]
+    is_partial = ~j["ever_solved"] & (j["reward"] >= p["min_reward"] - 1e-9)
+    is_rise = (j["reward_rise"] >= p["min_rise"] - 1e-9) & (j["rate"].fillna(0) <= j["before_rate"].fillna(0))
+    j["score"] = (
+        pd.concat([j["reward"].where(is_partial), j["reward_rise"].where(is_rise)], axis=1).max(axis=1).round(12)
+    )
+    j["kind"] = np.where(is_partial & is_rise, "partial+rise", np.where(is_partial, "partial", "rise"))
+    j["reward_rise"] = j["reward_rise"].round(12)
+    j = j[is_partial | is_rise]
+    return j[
+        [
+            "task_id",
+            "score",
+            "kind",
+            "n",
+            "rate",
+            "reward",
+            "progress",
+            "format",
+            "ever_solved",
+            "before_round",
+            "before_rate",
+            "before_reward",
+            "reward_rise",
+            "failing_episode_id",
+        ]
+    ]
+
+
 def pandas_signals(store_dir: str | Path, cfg: SignalsConfig, run_id: str, round_no: int) -> dict[str, pd.DataFrame]:
     """The reference: every signal of ``run_id`` at ``round``, per type, with the columns of
     the SQL queries, computed with vectorized pandas from the local store at ``store_dir``."""
@@ -194,4 +365,6 @@ def pandas_signals(store_dir: str | Path, cfg: SignalsConfig, run_id: str, round
         "forgetting": _forgetting(store_dir, cfg, run_id, round_no),
         "boundary": _boundary(store_dir, cfg, run_id, round_no),
         "rare": _rare(store_dir, cfg, run_id, round_no),
+        "uncertainty": _uncertainty(store_dir, cfg, run_id, round_no),
+        "reward_hacking": _reward_hacking(store_dir, cfg, run_id, round_no),
     }

@@ -45,6 +45,15 @@ _SUMMARY = {
         f"{e['n_occurrences']}x in {e['n_episodes']} episodes ({e['share']:.2%}, round cutoff {e['cutoff']}x); "
         f"tasks {', '.join(t for t in e['task_ids'][:3] if t)}"
     ),
+    "uncertainty": lambda e: (
+        f"mean token log-prob {e['mean_logprob']:.3f} over {e['n_tokens']} tool-call tokens "
+        f"({e['low_token_share']:.0%} below even odds); rate {_num(e['rate'])} (n={e['n']}); "
+        f"fails in {e['failing_episode_id']}"
+    ),
+    "reward_hacking": lambda e: (
+        f"{e['kind']}: reward {_num(e['reward'])} (progress {_num(e['progress'])}, format {_num(e['format'])}) "
+        f"at success {_num(e['rate'])} (n={e['n']}); before {_num(e['before_reward'])} at {_num(e['before_rate'])}"
+    ),
 }
 
 
@@ -77,8 +86,10 @@ def signals(
             f"mined from the rollouts of run {run_id!r} round {round_no} and written to the store", style="dim"
         )
     rows = table.drop_columns(["round"]).to_pylist() if "round" in table.column_names else table.to_pylist()
-    order = {"forgetting": 0, "boundary": 1, "rare": 2}
-    rows.sort(key=lambda r: (order.get(r["signal_type"], 3), r["rank"]))
+    from coevolve.signals import signal_types
+
+    order = {t: i for i, t in enumerate(signal_types(cfg.signals))}  # built-ins, then the user's files
+    rows.sort(key=lambda r: (order.get(r["signal_type"], len(order)), r["rank"]))
     if format is OutputFormat.json:
         print(json.dumps(rows))
         return

@@ -37,6 +37,8 @@ WHY = {
     "forgetting": "The agent used to solve a task from this start state and now fails it.",
     "boundary": "The agent solves a task from this start state only some of the time.",
     "rare": "The agent rarely uses the action pattern {pattern}; practise it.",
+    "uncertainty": "The agent hesitates over its calls from this start state and its outcomes vary; practise them.",
+    "reward_hacking": "The agent earns partial reward from this start state without completing the task; complete it.",
     "fallback": "Cover the environment: make each of the functions below succeed at least once.",
     "static": "Cover the environment: make each of the functions below succeed at least once.",
 }

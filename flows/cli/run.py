@@ -18,6 +18,7 @@ and ``StageStatus`` (the live table) serve the other flow-driving commands too (
 from __future__ import annotations
 
 import contextlib
+import json
 import ctypes
 import os
 import shutil
@@ -96,12 +97,11 @@ def _brief(info: dict) -> str:
 _METRICS = [
     ("round", "round"),
     ("pool", "pool_size"),
-    ("forget", "signals_forgetting"),
-    ("bound", "signals_boundary"),
-    ("rare", "signals_rare"),
+    ("signals", "n_signals"),  # every type; the per-type counts have their own table
     ("cands", "n_candidates"),
     ("kept", "n_accepted"),
     ("pass", "pass_rate"),
+    ("partial", "partial_share"),  # accepted by failure with positive reward
     ("trainR", "train_reward"),
     ("eval", "eval_score"),
     ("evalR", "eval_reward"),
@@ -135,15 +135,33 @@ _SPLITS = [
 ]
 
 
+def _signal_counts(row: dict) -> dict[str, int]:
+    """The round's signals per type: ``signal_counts`` (JSON, every signal file), else the paper's three."""
+    raw = row.get("signal_counts")
+    if raw:
+        return json.loads(raw) if isinstance(raw, str) else dict(raw)
+    return {t: row[f"signals_{t}"] for t in ("forgetting", "boundary", "rare") if row.get(f"signals_{t}") is not None}
+
+
 def summary_tables(rows: list[dict]):
-    """Three tables (metrics; stage seconds; the split inside train, validate and evaluate), about
-    80 columns wide; the third only for rounds that recorded a split."""
+    """Up to four tables (metrics; signals per type; stage seconds; the split inside train,
+    validate and evaluate), about 80 columns wide; the signals table only for rounds that mined
+    signals, the split only for rounds that recorded one."""
     from rich import box
     from rich.table import Table
 
     out = []
+    counts = {id(r): _signal_counts(r) for r in rows}
+    rows = [{**r, "n_signals": sum(counts[id(r)].values()) if counts[id(r)] else None} for r in rows]
+    types = list(dict.fromkeys(t for c in counts.values() for t in c))
+    signal_rows = [{"round": r["round"], **_signal_counts(r)} for r in rows if _signal_counts(r)]
+    # headers cut to 14 characters (a user's signal may have a long name); the order is the stage's
+    signal_cols = [("round", "round")] + [(t[:14], t) for t in types]
     split_rows = [r for r in rows if any(r.get(key) is not None for _, key in _SPLITS[1:])]
-    tables = [("per-round summary", _METRICS, rows), ("stage timings (seconds)", _TIMINGS, rows)]
+    tables = [("per-round summary", _METRICS, rows)]
+    if signal_rows:
+        tables.append(("signals per type", signal_cols, signal_rows))
+    tables.append(("stage timings (seconds)", _TIMINGS, rows))
     if split_rows:
         tables.append(("inside train | validate | evaluate (seconds)", _SPLITS, split_rows))
     for title, cols, table_rows in tables:
@@ -164,10 +182,22 @@ def summary_tables(rows: list[dict]):
     return out
 
 
+def round_warnings(rows: list[dict]) -> list[str]:
+    """The rounds' warnings (``rounds.warnings``: reward hacking), one line each."""
+    out = []
+    for r in rows:
+        for w in json.loads(r.get("warnings") or "[]"):
+            out.append(f"warning: round {r['round']}: {w}")
+    return out
+
+
 def print_summary(rows: list[dict]) -> None:
-    """The summary tables on stdout; a log file or a pipe gets every column (print_table)."""
+    """The summary tables on stdout, then the rounds' warnings; a log file or a pipe gets every
+    column (print_table)."""
     for table in summary_tables(rows):
         print_table(table)
+    for line in round_warnings(rows):
+        console.print(line, style="bold yellow", highlight=False)
 
 
 _PR_SET_PDEATHSIG = 1

@@ -1,7 +1,5 @@
 -- boundary: tasks whose samples in the current round disagree (the edge of competence).
 --
--- Grain: one row per boundary task of run $run_id at round $round.
---
 -- Definition. The task's episodes of round $round (rows of run $run_id, phases in $phases;
 -- success and episode_reward are repeated on every step row of an episode) are pooled over
 -- all epochs and training steps of the round. A task is on the boundary when
@@ -16,8 +14,16 @@
 -- never solves still spread. Defaults (SignalsConfig): min_samples = 4, reward std >= 0.1
 -- (min_reward_var = 0.01).
 --
--- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]),
---             $min_samples (integer), $min_reward_var (double).
+-- signal: boundary
+-- grain: one row per boundary task of run $run_id at round $round
+-- key: task_id
+-- param: min_samples integer = 4
+-- param: min_reward_var double = 0.01
+-- columns: task_id, score, n, n_success, rate, n_reward, reward_var, failing_episode_id
+--
+-- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]) from the stage;
+--             $min_samples (signals.boundary_min_samples), $min_reward_var (the square of
+--             signals.boundary_reward_std).
 --
 -- Columns: task_id, score (= max(p(1-p), reward variance), rounded to 12 digits so that
 --          ties stay ties whatever the order of summation), n (episodes), n_success

@@ -1,7 +1,5 @@
 -- forgetting: tasks that did better before than they do now, in success or in reward.
 --
--- Grain: one row per forgotten task of run $run_id at round $round.
---
 -- Definition. The episodes of a task (rows of run $run_id, phases in $phases, rounds up to
 -- $round; success and episode_reward are repeated on every step row of an episode) are
 -- grouped into observation points (round, epoch, train_step), ordered in that order with
@@ -20,8 +18,18 @@
 -- matter here: an episode whose steps all failed to parse is still an episode that failed.
 -- Defaults (SignalsConfig): before_min = 0.5, now_max = 0.0, reward_drop = 0.2.
 --
--- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]),
---             $before_min (double), $now_max (double), $reward_drop (double).
+-- signal: forgetting
+-- grain: one row per forgotten task of run $run_id at round $round
+-- key: task_id
+-- param: before_min double = 0.5
+-- param: now_max double = 0.0
+-- param: reward_drop double = 0.2
+-- columns: task_id, score, success_drop, reward_drop, before_rate, before_reward, before_n,
+-- columns: before_round, before_epoch, before_step, now_rate, now_reward, now_n, now_epoch,
+-- columns: now_step, failing_episode_id
+--
+-- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]) from the stage;
+--             $before_min, $now_max, $reward_drop (signals.forget_* in the config).
 --
 -- Columns: task_id, score (= the drop, rounded to 12 digits), success_drop and reward_drop
 --          (against "before"; null where that criterion does not hold), before_rate,

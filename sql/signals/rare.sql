@@ -1,7 +1,5 @@
 -- rare: action patterns that are repeated but infrequent relative to the round.
 --
--- Grain: one row per rare pattern of run $run_id at round $round.
---
 -- Definition. An episode's action sequence is its steps of round $round (rows of run
 -- $run_id, phases in $phases) that called a tool (action_name not null), ordered by
 -- (turn, step); steps with a parse error are left out unless $include_parse_errors (what
@@ -20,10 +18,22 @@
 -- patterns as surely as one of a million; an absolute share cap would leave small rounds
 -- barren. Defaults (SignalsConfig): n = 2, min_episodes = 2, quantile = 0.25, min_total = 8.
 --
--- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]), $n (integer),
---             $with_arg_keys (boolean), $include_parse_errors (boolean),
---             $min_episodes (integer), $quantile (double), $min_total (integer),
---             $evidence_limit (integer).
+-- signal: rare
+-- grain: one row per rare action pattern of run $run_id at round $round
+-- key: pattern
+-- param: n integer = 2
+-- param: with_arg_keys boolean = false
+-- param: include_parse_errors boolean = false
+-- param: min_episodes integer = 2
+-- param: quantile double = 0.25
+-- param: min_total integer = 8
+-- param: evidence_limit integer = 10
+-- columns: pattern, score, n_occurrences, n_episodes, share, total, cutoff, actions, task_ids,
+-- columns: episode_ids
+--
+-- Parameters: $run_id (varchar), $round (integer), $phases (varchar[]) from the stage;
+--             $n, $with_arg_keys, $include_parse_errors, $min_episodes, $quantile,
+--             $min_total, $evidence_limit (signals.rare_* and evidence_limit in the config).
 --
 -- Columns: pattern, score (= total occurrences / pattern occurrences, inverse frequency,
 --          rounded to 12 digits), n_occurrences, n_episodes, share (of all n-gram
