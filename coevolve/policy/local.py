@@ -47,6 +47,7 @@ import torch
 from coevolve.config import ConfigError, PolicyConfig
 from coevolve.policy.base import Generation, Message, Request, SamplingParams, StreamingPolicy, row_seed
 from coevolve.policy.decoder import Decoder, DecodeStats, Row
+from coevolve.policy.fast_step import FastStep
 from coevolve.policy.kv_cache import growing_cache
 from coevolve.policy.models import resolve_model
 from coevolve.policy.prefix_cache import PrefixCache
@@ -121,6 +122,7 @@ class LocalPolicy(StreamingPolicy):
         *,
         prefix_cache_tokens: int = 32768,
         device: str | None = None,
+        fast_decode: bool = True,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -135,6 +137,8 @@ class LocalPolicy(StreamingPolicy):
             self.model.set_attn_implementation("coevolve_gqa")
         self.dtype = generation_dtype(cfg.dtype, self.model, self.device)
         self._runner: torch.nn.Module | None = None
+        self._fast: FastStep | None = None
+        self.fast_decode = fast_decode  # False: every decoding step through the model's forward
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
         self._answers: OrderedDict[str, list[int]] = OrderedDict()  # generated text -> its ids
         self.stats = DecodeStats()
@@ -201,12 +205,23 @@ class LocalPolicy(StreamingPolicy):
             lora = _has_lora(self.model)
             if self.dtype == torch.float32 and not lora:
                 self._runner = self.model
+                self._fast = FastStep.build(self.model) if self.fast_decode else None
             else:
                 runner = copy.deepcopy(self.model)
                 if lora:
                     _merge_lora(runner)
                 self._runner = runner.to(self.dtype).eval().requires_grad_(False)
+                # a copy: its projections can become views of the fused weights (no extra memory)
+                self._fast = FastStep.build(self._runner, share=True) if self.fast_decode else None
         return self._runner
+
+    @property
+    def fast_step(self) -> FastStep | None:
+        """The lean decoding step over ``runner`` (``coevolve.policy.fast_step``), or None where
+        it does not cover the model or ``fast_decode`` is off: the decoder then calls
+        ``runner``'s own forward."""
+        self.runner  # noqa: B018 (builds the step with the runner)
+        return self._fast
 
     def _weights_version(self) -> tuple[int, int]:
         """Changes whenever a parameter is updated in place (optimizer steps bump ``_version``)
