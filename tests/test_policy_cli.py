@@ -46,7 +46,7 @@ def test_bench_rollout_prints_both_modes_side_by_side():
     assert "same seed, same rollouts (batched run repeated): yes" in res.output
     # the same prompts through plain transformers generate() and against the bandwidth bound
     assert "generation limits: 4 prompts" in res.output and "6 new tokens each" in res.output
-    for label in ("coevolve engine", "transformers generate()", "bandwidth bound"):
+    for label in ("coevolve engine", "without lean step", "transformers generate()", "bandwidth bound"):
         assert label in res.output, res.output
     bad = CliRunner().invoke(app, ["bench", "rollout", "--episodes", "5", "--samples", "2"])
     assert bad.exit_code != 0 and "multiple" in bad.output
@@ -73,6 +73,8 @@ def test_generation_limits_count_the_same_tokens_for_engine_and_generate():
     prompts = [list(range(5, 40)), list(range(7, 20)), list(range(3, 60))]
     out = limits(policy, prompts, new_tokens=5, echo=lambda _: None)
     assert out["engine"]["decode_tokens"] == 3 * 5 and out["generate"]["decode_tokens"] == 3 * 4
+    # the same engine without the lean decoding step, measured in the same run
+    assert out["engine_forward"]["decode_tokens"] == 3 * 5 and policy.fast_step is not None
     assert out["engine"]["prefill_tokens"] == out["generate"]["prefill_tokens"] == sum(map(len, prompts))
     assert out["bound"]["decode_tok_s"] > 0 and out["bound"]["bandwidth_gb_s"] > 0
     assert out["decode_vs_generate"] > 0 and 0 < out["decode_vs_bound"]

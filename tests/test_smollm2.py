@@ -28,3 +28,40 @@ def test_smollm2_loads_from_its_cache_and_generates():
     )
     assert gen.completion_tokens > 0 and "paris" in gen.text.lower(), gen.text
     assert load_s < 30, f"loading the cached conversion took {load_s:.1f}s"
+
+
+def test_smollm2_greedy_tokens_match_transformers_generate():
+    """The lean decoding step on the real model (bfloat16 where the CPU has it): a few greedy
+    tokens of a padded batch of two chat prompts are the ones ``generate()`` picks for each alone."""
+    import copy
+
+    import torch
+
+    from coevolve.policy.local import LocalPolicy
+
+    # No prefix cache: the two prompts share the system message, and in bfloat16 a prompt
+    # prefilled in two pieces rounds differently from one prefilled whole, enough to flip a
+    # near tie ("1." or "The" as the first token of the second answer).
+    policy = LocalPolicy(PolicyConfig(model="smollm2"), prefix_cache_tokens=0)
+    assert policy.fast_step is not None
+    tok = policy.tokenizer
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        for q in ("What is the capital of France?", "Name three colours of the rainbow, please.")
+    ]
+    ids = [tok(p, add_special_tokens=False).input_ids for p in prompts]
+    reference = copy.deepcopy(policy.runner)
+    reference.set_attn_implementation("sdpa")
+    expected = []
+    for p in ids:
+        with torch.inference_mode():
+            out = reference.generate(
+                input_ids=torch.tensor([p]),
+                attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                max_new_tokens=6,
+                do_sample=False,
+                pad_token_id=policy.pad_id,
+            )
+        expected.append([t for t in out[0, len(p) :].tolist() if t not in policy.stop_ids])
+    got = policy.generate(ids, SamplingParams(temperature=0.0, max_new_tokens=6), [0, 1])
+    assert [g for g, _ in got] == expected

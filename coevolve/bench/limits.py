@@ -8,7 +8,9 @@ warm-up:
 
 - **the engine**: ``LocalPolicy.generate`` (continuous batching over ``coevolve.policy.decoder``)
   from a cold prefix cache, every row generating exactly ``new_tokens`` (stop tokens ignored);
-  prefill and decode seconds from its ``DecodeStats``;
+  prefill and decode seconds from its ``DecodeStats``; where the lean decoding step
+  (``coevolve.policy.fast_step``) covers the model, again with every step through the model's
+  own ``forward`` ("without lean step"), so the step's gain is measured in the same run;
 - **generate()**: ``transformers``' ``generate`` on the same model weights (the engine's
   generation copy: same dtype, adapters merged) with sdpa attention and its own KV cache, the
   batch left-padded, sampling, ``min_new_tokens = max_new_tokens = new_tokens``; prefill is a
@@ -124,6 +126,13 @@ def limits(
     if not prompts or new_tokens < 2:
         raise ValueError("limits: needs prompts and new_tokens >= 2")
     engine = _engine(policy, prompts, new_tokens)
+    forward = None
+    if getattr(policy, "fast_step", None) is not None:  # the same engine stepping through the model's forward
+        policy.fast_decode, policy._runner = False, None
+        try:
+            forward = _engine(policy, prompts, new_tokens)
+        finally:
+            policy.fast_decode, policy._runner = True, None
     reference = copy.deepcopy(policy.runner)
     reference.set_attn_implementation("sdpa")
     reference.generation_config.eos_token_id = None  # no stop token: exactly new_tokens, as the engine
@@ -148,6 +157,8 @@ def limits(
         "generate": rates(gen),
         "bound": {"decode_tok_s": bound, "bandwidth_gb_s": bandwidth / 1e9, "step_mb": step_bytes / 1e6},
     }
+    if forward is not None:
+        out["engine_forward"] = rates(forward)
     e, g = out["engine"], out["generate"]
     out["decode_vs_generate"] = e["decode_tok_s"] / g["decode_tok_s"]
     out["decode_vs_bound"] = e["decode_tok_s"] / bound
@@ -159,7 +170,10 @@ def limits(
         f"CPU {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads"
     )
     echo(f"{'':<24}{'prefill tok/s':>14}{'decode tok/s':>14}{'vs generate()':>15}{'vs bound':>10}")
-    for label, m in (("coevolve engine", e), ("transformers generate()", g)):
+    rows = [("coevolve engine", e)]
+    if forward is not None:
+        rows.append(("  without lean step", out["engine_forward"]))
+    for label, m in (*rows, ("transformers generate()", g)):
         echo(
             f"{label:<24}{m['prefill_tok_s']:>14.0f}{m['decode_tok_s']:>14.1f}"
             f"{m['decode_tok_s'] / g['decode_tok_s']:>14.2f}x{m['decode_tok_s'] / bound:>9.0%}"

@@ -168,20 +168,36 @@ class Decoder:
         if finished:
             self._keep(keep)
         if self.rows:
-            width = self.width + 1
-            mask = torch.arange(width)[None] >= (width - 1 - self.lengths)[:, None]
-            dev = self.policy.device
-            out = self.policy.runner(
-                input_ids=torch.tensor([tokens[j] for j in keep], device=dev)[:, None],
-                attention_mask=mask.long().to(dev),
-                position_ids=self.lengths[:, None].to(dev),
-                past_key_values=self.cache,
-                use_cache=True,
-            )
+            self.logits = self._feed([tokens[j] for j in keep])
             self.lengths = self.lengths + 1
-            self.logits = out.logits[:, -1]
         stats.decode_s += time.perf_counter() - t
         return done
+
+    def _feed(self, tokens: list[int]) -> torch.Tensor:
+        """Feed one token per row into the cache; the next-token logits [B, V]. Every row's
+        new column is the cache's next one (left padding): the mask lets row j see its last
+        ``lengths[j]`` columns and the new one."""
+        column = self.width
+        mask = torch.arange(column + 1)[None] >= (column - self.lengths)[:, None]
+        dev = self.policy.device
+        ids = torch.tensor(tokens, device=dev)
+        fast = self.policy.fast_step
+        if fast is not None:  # coevolve.policy.fast_step: the same arithmetic in fewer operations
+            layers = self.cache.layers
+            for layer in layers:
+                layer.reserve(1)
+            logits = fast(ids, self.lengths.to(dev), layers, column, mask[:, None, None].to(dev))
+            for layer in layers:
+                layer.advance(1)
+            return logits
+        out = self.policy.runner(
+            input_ids=ids[:, None],
+            attention_mask=mask.long().to(dev),
+            position_ids=self.lengths[:, None].to(dev),
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1]
 
     def _keep(self, keep: list[int]) -> None:
         """Cut the batch down to rows ``keep``, dropping leading columns that no kept row uses."""

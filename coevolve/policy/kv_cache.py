@@ -88,12 +88,22 @@ class _GrowingLayer(DynamicLayer):
     def _views(self) -> None:
         self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
-        new = key_states.shape[-2]
-        if self._n + new > self._k.shape[2]:  # out of room: double (rare: capacity covers the generation)
+    def reserve(self, new: int) -> None:
+        """Make room for ``new`` more columns: double when out of room (rare: the capacity
+        covers the generation)."""
+        if self._n + new > self._k.shape[2]:
             grow = max(new, self._k.shape[2])
             self._k = torch.cat([self._k, self._k.new_empty(self._k.shape[:2] + (grow, self._k.shape[3]))], dim=2)
             self._v = torch.cat([self._v, self._v.new_empty(self._v.shape[:2] + (grow, self._v.shape[3]))], dim=2)
+
+    def advance(self, new: int) -> None:
+        """Count ``new`` columns written straight into the buffers (``fast_step.FastStep``)."""
+        self._n += new
+        self._views()
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        new = key_states.shape[-2]
+        self.reserve(new)
         self._k[:, :, self._n : self._n + new] = key_states
         self._v[:, :, self._n : self._n + new] = value_states
         self._n += new

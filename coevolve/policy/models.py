@@ -7,7 +7,11 @@
 
 Built checkpoints live under ``$COEVOLVE_CACHE`` (default ``~/.cache/coevolve``). Each is
 built in a temporary directory and renamed into place, so concurrent builders never see a
-half-written checkpoint; a second resolve only checks that the directory exists.
+half-written checkpoint. SmolLM2's de-quantized checkpoint is keyed by content: its directory
+is named after the recipe and the GGUF file's SHA-256 (another package version is another
+model), and it carries a ``manifest.json`` of its files' SHA-256 that every process checks
+once before trusting it (about 1 s for its 540 MB); a torn, edited or foreign entry is moved
+aside and rebuilt. The tiny test model only checks that its files exist.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from typing import Callable
 
 # Bump a suffix when the recipe changes, so stale caches are rebuilt instead of reused.
 TINY_DIR = "tiny-qwen2-v3"
-SMOLLM2_DIR = "smollm2-135m-instruct-v2"
+SMOLLM2_DIR = "smollm2-135m-instruct-v3"  # + "-<first 16 hex digits of the GGUF's SHA-256>"
+MANIFEST = "manifest.json"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # ChatML with Hermes/Qwen-style tools: the template Qwen2.5 uses, trimmed to what coevolve sends.
@@ -117,21 +122,67 @@ def _ready(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / "model.safetensors").is_file()
 
 
-def _build_cached(name: str, build: Callable[[Path], None]) -> str:
-    """Return ``cache_root()/name``, building it with ``build(tmpdir)`` first if missing."""
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_manifest(root: Path) -> None:
+    files = {p.name: file_digest(p) for p in sorted(root.iterdir()) if p.is_file() and p.name != MANIFEST}
+    (root / MANIFEST).write_text(json.dumps({"sha256": files}, indent=1, sort_keys=True) + "\n")
+
+
+# Entries this process has verified, by (path, size and mtime of every file): checked once.
+_verified: set[tuple[str, tuple[tuple[str, int, int], ...]]] = set()
+
+
+def _intact(root: Path) -> bool:
+    """Whether every file ``root``'s manifest lists is there with its recorded SHA-256."""
+    try:
+        files = json.loads((root / MANIFEST).read_text())["sha256"]
+        stamp = tuple((n, (root / n).stat().st_size, (root / n).stat().st_mtime_ns) for n in sorted(files))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if (str(root), stamp) in _verified:
+        return True
+    if "model.safetensors" not in files or any(file_digest(root / n) != d for n, d in files.items()):
+        return False
+    _verified.add((str(root), stamp))
+    return True
+
+
+def _build_cached(name: str, build: Callable[[Path], None], verify: bool = False) -> str:
+    """Return ``cache_root()/name``, building it with ``build(tmpdir)`` first if missing.
+
+    With ``verify`` the entry carries a manifest of its files' SHA-256, checked before it is
+    used; an entry that fails the check is moved aside (removed) and rebuilt.
+    """
     target = cache_root() / name
-    if _ready(target):
+    if _ready(target) and (not verify or _intact(target)):
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    if verify and target.exists():  # corrupt: out of the way (another process may do it first)
+        aside = Path(tempfile.mkdtemp(prefix=f".{name}-corrupt-", dir=target.parent))
+        try:
+            os.replace(target, aside / "entry")
+        except OSError:
+            pass
+        shutil.rmtree(aside, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
         build(tmp)
+        if verify:
+            _write_manifest(tmp)
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared by every process of the user
         try:
             os.replace(tmp, target)
         except OSError:
             # Another process finished first (rename onto a non-empty dir fails): use theirs.
-            if not _ready(target):
+            if not _ready(target) or (verify and not _intact(target)):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -237,9 +288,24 @@ def _build_smollm2(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
+# GGUF digests this process computed, by (path, size, mtime): hashed once (98 MB, about 0.2 s).
+_gguf_digests: dict[tuple[str, int, int], str] = {}
+
+
+def smollm2_cache_name() -> str:
+    """The cache directory name of SmolLM2's de-quantized checkpoint: the recipe and the first
+    16 hex digits of the GGUF's SHA-256, so a different GGUF is a different entry."""
+    gguf = smollm2_gguf()
+    st = gguf.stat()
+    key = (str(gguf), st.st_size, st.st_mtime_ns)
+    if key not in _gguf_digests:
+        _gguf_digests[key] = file_digest(gguf)
+    return f"{SMOLLM2_DIR}-{_gguf_digests[key][:16]}"
+
+
 _BUILTINS: dict[str, Callable[[], str]] = {
     "tiny": lambda: _build_cached(TINY_DIR, _build_tiny),
-    "smollm2": lambda: _build_cached(SMOLLM2_DIR, _build_smollm2),
+    "smollm2": lambda: _build_cached(smollm2_cache_name(), _build_smollm2, verify=True),
 }
 
 

@@ -1,0 +1,175 @@
+"""A lean decoding step for Llama-family models (Llama, Qwen2, Mistral): one token per row, in
+plain torch operations over the decoder's preallocated KV cache.
+
+    step = FastStep.build(runner)         # None for a model it does not cover (the decoder then
+    logits = step(tokens, positions, keys, values, width, mask)   # calls the model's forward)
+
+A decoding step of a small model on a CPU is bound by per-operation overhead, not by arithmetic:
+transformers' ``forward`` spends most of a SmolLM2 step at batch 8 in Python (modules, kwargs,
+cache objects, mask building: about 1,900 operator calls for 30 layers). This step does the same
+computation in about 20 operations per layer:
+
+- the query, key and value projections are one matmul, and the gate and up projections another
+  (their weights concatenated once per set of weights; the generation copy's own projections are
+  made views of those, so no memory is added where the runner is a copy);
+- the rotary embedding is computed once per step for all layers, and applied to queries and keys
+  together;
+- attention is ``scaled_dot_product_attention`` on the query heads folded into the query length
+  (the heads that share a KV head form one group), so the grouped KV cache is read in place,
+  with one boolean mask [B, 1, 1, L] shared by every layer;
+- the new key and value columns are written straight into the cache buffers.
+
+The arithmetic is transformers' own, operation for operation in the same dtype (RMSNorm in
+float32, the rotary embedding in the model's dtype), so greedy tokens are the ones
+``generate()`` picks (``tests/test_policy_fast_step.py``). Anything it does not cover (another
+architecture, rope scaling, sliding windows, biases on the MLP, training mode) keeps the model's
+own ``forward``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+# Model types whose decoder layer is: RMSNorm, attention (q/k/v/o projections, q/k/v biases
+# allowed, rotary embedding, grouped KV heads), residual, RMSNorm, SiLU-gated MLP, residual.
+_COVERED = {"llama", "qwen2", "mistral"}
+
+
+@dataclass
+class _Layer:
+    ln1: torch.Tensor  # [D] input RMSNorm weight
+    eps1: float
+    qkv: torch.Tensor  # [(H + 2 KV) d, D] fused projection weight
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor  # [D, H d]
+    ln2: torch.Tensor
+    eps2: float
+    gate_up: torch.Tensor  # [2 I, D]
+    down: torch.Tensor  # [D, I]
+
+
+def _fuse(linears: list[torch.nn.Linear], share: bool) -> torch.Tensor:
+    """The weights of ``linears`` stacked by output row; with ``share`` each linear's weight is
+    replaced by a view of the stacked tensor (no extra memory, and it follows later in-place
+    updates of the views)."""
+    fused = torch.cat([lin.weight.detach() for lin in linears])
+    if share:
+        start = 0
+        for lin in linears:
+            n = lin.weight.shape[0]
+            lin.weight = torch.nn.Parameter(fused[start : start + n], requires_grad=False)
+            start += n
+    return fused
+
+
+class FastStep:
+    """One decoding step of a covered causal LM; see the module docstring."""
+
+    def __init__(self, model: Any, share: bool):
+        cfg = model.config.get_text_config(decoder=True)
+        inner = model.model
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads or cfg.num_attention_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.embed = inner.embed_tokens.weight
+        self.norm, self.norm_eps = inner.norm.weight, inner.norm.variance_epsilon
+        self.lm_head = model.lm_head.weight
+        rotary = inner.rotary_emb
+        self.inv_freq = rotary.inv_freq.float()
+        self.rope_scaling = float(rotary.attention_scaling)
+        self.layers = []
+        for layer in inner.layers:
+            att, mlp = layer.self_attn, layer.mlp
+            qkv = [att.q_proj, att.k_proj, att.v_proj]
+            biases = [lin.bias for lin in qkv]
+            self.layers.append(
+                _Layer(
+                    ln1=layer.input_layernorm.weight,
+                    eps1=layer.input_layernorm.variance_epsilon,
+                    qkv=_fuse(qkv, share),
+                    qkv_bias=torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None,
+                    o=att.o_proj.weight,
+                    ln2=layer.post_attention_layernorm.weight,
+                    eps2=layer.post_attention_layernorm.variance_epsilon,
+                    gate_up=_fuse([mlp.gate_proj, mlp.up_proj], share),
+                    down=mlp.down_proj.weight,
+                )
+            )
+        self.scaling = float(inner.layers[0].self_attn.scaling)
+
+    @staticmethod
+    def covers(model: Any) -> bool:
+        """Whether ``model`` has exactly the shape this step computes (else: its own forward)."""
+        cfg = model.config.get_text_config(decoder=True)
+        inner = getattr(model, "model", None)
+        if cfg.model_type not in _COVERED or inner is None or not hasattr(model, "lm_head"):
+            return False
+        if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", cfg.model_type == "mistral"):
+            return False
+        rope = getattr(cfg, "rope_parameters", None) or {}
+        if rope.get("rope_type", "default") != "default" or getattr(cfg, "hidden_act", "silu") != "silu":
+            return False
+        if getattr(cfg, "mlp_bias", False) or getattr(cfg, "attention_bias", False) and cfg.model_type != "qwen2":
+            return False
+        layers = getattr(inner, "layers", [])
+        return bool(layers) and all(
+            lin.bias is None for layer in layers for lin in (layer.self_attn.o_proj, layer.mlp.down_proj)
+        )
+
+    @classmethod
+    def build(cls, model: Any, share: bool = False) -> FastStep | None:
+        """The step of ``model``, or None where it does not cover it (or cannot read its modules)."""
+        try:
+            return cls(model, share) if cls.covers(model) else None
+        except AttributeError:  # a covered model_type with an unexpected module layout
+            return None
+
+    @staticmethod
+    def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * h.to(x.dtype)
+
+    def __call__(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        caches: list[Any],
+        column: int,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Next-token logits [B, V] after feeding ``tokens`` [B] at ``positions`` [B].
+
+        ``caches``: one ``kv_cache._GrowingLayer`` per layer whose buffers have room at
+        ``column``; the new keys and values are written there, and attention reads columns
+        ``[0, column]`` under ``mask`` [B, 1, 1, column + 1] (True: attend).
+        """
+        b = tokens.shape[0]
+        h, kv, d = self.heads, self.kv_heads, self.head_dim
+        rep = h // kv
+        x = F.embedding(tokens, self.embed)  # [B, D]
+        freqs = positions[:, None].float() * self.inv_freq[None]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = (emb.cos() * self.rope_scaling).to(x.dtype)[:, None]  # [B, 1, d]
+        sin = (emb.sin() * self.rope_scaling).to(x.dtype)[:, None]
+        half = d // 2
+        for layer, cache in zip(self.layers, caches):
+            y = self._rms(x, layer.ln1, layer.eps1)
+            qkv = F.linear(y, layer.qkv, layer.qkv_bias).view(b, h + 2 * kv, d)
+            qk, v = qkv[:, : h + kv], qkv[:, h + kv :]
+            rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
+            qk = qk * cos + rotated * sin  # [B, H + KV, d]
+            cache._k[:, :, column] = qk[:, h:]
+            cache._v[:, :, column] = v
+            keys, values = cache._k[:, :, : column + 1], cache._v[:, :, : column + 1]
+            q = qk[:, :h].reshape(b, kv, rep, d)  # the heads sharing a KV head as one group's queries
+            att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling)
+            x = x + F.linear(att.reshape(b, h * d), layer.o)
+            y = self._rms(x, layer.ln2, layer.eps2)
+            gate, up = F.linear(y, layer.gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.down)
+        x = self._rms(x, self.norm, self.norm_eps)
+        return F.linear(x, self.lm_head)

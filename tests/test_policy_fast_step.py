@@ -1,0 +1,104 @@
+"""Tests of the lean decoding step (``coevolve.policy.fast_step``): the engine's greedy tokens
+are those of plain transformers ``generate()`` on the same prompts, the step gives the model's
+own logits, and models it does not cover keep their forward."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from coevolve.config import PolicyConfig
+from coevolve.policy.base import SamplingParams
+from coevolve.policy.fast_step import FastStep
+from coevolve.policy.local import LocalPolicy
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def _hf_greedy(model: torch.nn.Module, prompts: list[list[int]], n: int, pad: int) -> list[list[int]]:
+    """``generate()``'s greedy tokens, one prompt at a time (no padding: its reference answer)."""
+    out = []
+    for p in prompts:
+        with torch.inference_mode():
+            ids = model.generate(
+                input_ids=torch.tensor([p]),
+                attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                pad_token_id=pad,
+            )
+        out.append(ids[0, len(p) :].tolist())
+    return out
+
+
+def _greedy_matches_generate(policy: LocalPolicy, prompts: list[list[int]], n: int) -> None:
+    assert policy.fast_step is not None, "the model is covered"
+    reference = copy.deepcopy(policy.runner)
+    reference.set_attn_implementation("sdpa")
+    reference.generation_config.eos_token_id = None
+    reference.generation_config.temperature = reference.generation_config.top_p = None
+    expected = _hf_greedy(reference, prompts, n, policy.pad_id)
+    policy.stop_ids, stops = set(), policy.stop_ids
+    try:
+        policy.prefix_cache.clear()
+        got = policy.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=n), list(range(len(prompts))))
+    finally:
+        policy.stop_ids = stops
+    assert [ids for ids, _ in got] == expected
+
+
+def test_greedy_tokens_match_transformers_generate_on_the_tiny_model(one_thread):
+    """Batched (left-padded, rows of different lengths) through the lean step: the same greedy
+    tokens as ``generate()`` on each prompt alone, in float32 and in bfloat16."""
+    for dtype in ("float32", "bfloat16"):
+        policy = LocalPolicy(PolicyConfig(model="tiny", max_context_tokens=1024, dtype=dtype))
+        g = torch.Generator().manual_seed(0)
+        prompts = [
+            torch.randint(3, policy.model.config.vocab_size, (n,), generator=g).tolist() for n in (40, 9, 73, 25)
+        ]
+        _greedy_matches_generate(policy, prompts, 24)
+
+
+def test_the_step_gives_the_models_own_logits(one_thread):
+    """The same logits, with the step on and off, for every step of a batched generation."""
+    prompts = [list(range(40, 40 + n)) for n in (30, 7, 19)]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12)
+    fast = LocalPolicy(PolicyConfig(model="tiny", max_context_tokens=1024))
+    slow = LocalPolicy(PolicyConfig(model="tiny", max_context_tokens=1024), fast_decode=False)
+    assert fast.fast_step is not None and slow.fast_step is None
+    outs = [p.generate(prompts, sampling, [1, 2, 3]) for p in (fast, slow)]
+    assert outs[0] == outs[1]
+    assert fast.stats.steps == slow.stats.steps == 12
+
+
+def test_the_generation_copy_shares_the_fused_weights():
+    """In a half-precision copy the projections are views of the fused matrices: no extra memory,
+    and the prefill (the model's forward) and the step read the same numbers."""
+    policy = LocalPolicy(PolicyConfig(model="tiny", max_context_tokens=1024, dtype="bfloat16"))
+    step, runner = policy.fast_step, policy.runner
+    assert step is not None and runner is not policy.model
+    att = runner.model.layers[0].self_attn
+    fused = step.layers[0].qkv
+    assert att.q_proj.weight.data_ptr() == fused.data_ptr()
+    assert att.k_proj.weight.data_ptr() == fused[att.q_proj.weight.shape[0] :].data_ptr()
+
+
+def test_models_it_does_not_cover_keep_their_forward():
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
+    assert FastStep.build(gpt2) is None
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=64)
+    assert FastStep.build(LlamaForCausalLM(LlamaConfig(**small))) is not None
+    scaled = LlamaConfig(**small, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
+    assert FastStep.build(LlamaForCausalLM(scaled)) is None, "rope scaling: the model's own forward"
+    assert FastStep.build(LlamaForCausalLM(LlamaConfig(**small, mlp_bias=True))) is None
