@@ -348,7 +348,7 @@ class SignalsConfig:
             raise ConfigError("signals.budget_per_type and signals.threads must be >= 0, signals.evidence_limit >= 1")
         if not isinstance(self.params, dict):
             raise ConfigError("signals.params: expected a mapping of signal -> {parameter: value}")
-        from coevolve.signals import check_signal_files  # every file parses and runs on empty tables
+        from coevolve.signal_files import check_signal_files  # every file parses and runs on empty tables
 
         check_signal_files(self)
 

@@ -85,12 +85,10 @@ def test_static_condition_feedback_stages_produce_nothing(tmp_path):
         ],
     )
     cfg = load_config(TINY, {"run_name": "st", "store": store.uri, "explore.enabled": False})
-    assert run_stage(store, cfg, 1, "signals") | {"seconds": 0} == {
-        "signals_forgetting": 0,
-        "signals_boundary": 0,
-        "signals_rare": 0,
-        "seconds": 0,
-    }
+    mined = run_stage(store, cfg, 1, "signals")
+    builtin = ("forgetting", "boundary", "rare", "uncertainty", "reward_hacking")
+    assert mined["signal_counts"] == dict.fromkeys(builtin, 0)  # every built-in signal type, none mined
+    assert [mined[f"signals_{t}"] for t in ("forgetting", "boundary", "rare")] == [0, 0, 0]
     assert run_stage(store, cfg, 1, "explore")["n_explorations"] == 0
     assert run_stage(store, cfg, 1, "abstract")["n_candidates"] == 0
     assert run_stage(store, cfg, 1, "validate")["accepted"] == 0
