@@ -129,13 +129,15 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
             page.get_by_role("link", name="ui-custom-run").first.click()
             page.wait_for_url("**/runs/flow-run/**")
             run_url = page.url
-            deadline = time.time() + 300
+            # what is checked is that the run completes, not how fast: a loaded 2-core CI box running
+            # the rest of the suite beside it took 317 s (66 s alone)
+            deadline = time.time() + 600
             while not page.get_by_text("Completed", exact=True).first.is_visible():
                 assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
                 failed = page.get_by_text("Failed", exact=True).first
                 assert not failed.is_visible(), (tmp_path / "worker.log").read_text()[-3000:]
                 assert time.time() < deadline, (
-                    "the run did not complete in 300 s:\n" + (tmp_path / "worker.log").read_text()[-3000:]
+                    "the run did not complete in 600 s:\n" + (tmp_path / "worker.log").read_text()[-3000:]
                 )
                 page.wait_for_timeout(3000)
                 page.reload()
