@@ -31,7 +31,7 @@ import polars as pl
 
 from coevolve.config import ConfigError, RunConfig
 from coevolve.registry import resolve
-from coevolve.round import run_rounds, run_stage, seed_pool
+from coevolve.round import run_rounds, run_stage, seed_pool, signal_counts_of
 from coevolve.store import Store
 from coevolve.store_open import open_run_store, store_at
 
@@ -145,7 +145,7 @@ def ablation_rows(run: AblationRun, rounds_rows: list[dict]) -> list[dict]:
     out = []
     now = datetime.now(timezone.utc)
     for r in rounds_rows:
-        signals = [r.get(k) for k in r if k.startswith("signals_")]
+        signals = signal_counts_of(r)
         feedback = [r.get(f"t_{s}") for s in FEEDBACK_STAGES]
         out.append(
             {
@@ -161,7 +161,7 @@ def ablation_rows(run: AblationRun, rounds_rows: list[dict]) -> list[dict]:
                 "pool_size": r.get("pool_size"),
                 "n_accepted": r.get("n_accepted"),
                 "pass_rate": r.get("pass_rate"),
-                "n_signals": sum(v for v in signals if v is not None) if any(v is not None for v in signals) else None,
+                "n_signals": sum(signals.values()) if signals else None,
                 "t_total": r.get("t_total"),
                 "t_feedback": sum(v for v in feedback if v is not None)
                 if any(v is not None for v in feedback)

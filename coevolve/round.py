@@ -155,6 +155,18 @@ def _signals(ctx: RoundContext) -> dict:
 PAPER_SIGNALS = ("forgetting", "boundary", "rare")
 
 
+def signal_counts_of(row: dict) -> dict[str, int]:
+    """Signals per type of a ``rounds`` row (or a signals stage marker): its ``signal_counts``
+    (every signal file, user ones included; JSON in a row), else the paper's three columns
+    (rows written before ``signal_counts`` existed)."""
+    counts = row.get("signal_counts")
+    if isinstance(counts, str):
+        counts = json.loads(counts)
+    if counts:
+        return {str(t): int(n or 0) for t, n in counts.items()}
+    return {t: int(row.get(f"signals_{t}") or 0) for t in PAPER_SIGNALS if row.get(f"signals_{t}") is not None}
+
+
 def round_warnings(signal_counts: dict[str, int], store: Store, run_id: str, round_no: int) -> list[str]:
     """Warnings for the round summary: reward hacking (the ``reward_hacking`` signal fired)."""
     n = signal_counts.get("reward_hacking", 0)

@@ -24,6 +24,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from coevolve.config import RunConfig
 from coevolve.events import add_listener
+from coevolve.round import signal_counts_of
 from coevolve.store import Store
 from flows.artifacts import artifact_key
 
@@ -118,6 +119,11 @@ class StageProgress:
             self._progress(int(last["step"]), total, f"GRPO steps; last: {note}")
 
 
+def _by_type(counts: dict[str, int]) -> str:
+    """``{"forgetting": 1, "rare": 0}`` as "1 forgetting, 0 rare" (every type, in the stage's order)."""
+    return ", ".join(f"{n} {t}" for t, n in counts.items()) or "no signal files"
+
+
 def _num(v: Any) -> str:
     return "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
 
@@ -138,10 +144,8 @@ def describe(stage: str, s: dict) -> str:
             f"success rate {_num(g('train_success'))}; checkpoint {g('checkpoint')}."
         )
     if stage == "signals":
-        return (
-            f"Mined {g('signals_forgetting')} forgetting, {g('signals_boundary')} boundary and "
-            f"{g('signals_rare')} rare signals."
-        )
+        counts = signal_counts_of(s)
+        return f"Mined {sum(counts.values())} signals ({_by_type(counts)})."
     if stage == "explore":
         return f"Explored {g('n_explorations')} environment steps."
     if stage == "abstract":
@@ -187,7 +191,8 @@ FIRST_LOOK = [
 
 def round_summary_markdown(row: dict) -> str:
     """The first-look table of a finished round's ``rounds`` row, and a sentence."""
-    signals = sum(row.get(f"signals_{t}") or 0 for t in ("forgetting", "boundary", "rare"))
+    counts = signal_counts_of(row)
+    signals = sum(counts.values())
     cells = [_num(signals) if key is None else _num(row.get(key)) for _, key in FIRST_LOOK]
     table = (
         "| "
@@ -208,8 +213,7 @@ def round_summary_markdown(row: dict) -> str:
     else:
         sentence = (
             f"Round {r} scored {_num(row.get('eval_score'))} on the held-out set, mined {signals} signals "
-            f"({row.get('signals_forgetting')} forgetting, {row.get('signals_boundary')} boundary, "
-            f"{row.get('signals_rare')} rare), accepted {row.get('n_accepted')} of "
+            f"({_by_type(counts)}), accepted {row.get('n_accepted')} of "
             f"{row.get('n_candidates')} candidates; the pool has {row.get('pool_size')} tasks."
         )
     return f"{sentence}\n\n{table}\n"

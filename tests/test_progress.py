@@ -51,6 +51,33 @@ def test_stage_summaries_read_as_sentences():
     assert head.split("|")[1].strip() == "held-out score" and values.split("|")[1].strip() == "0.3"
 
 
+def test_every_signal_type_is_counted_not_only_the_papers_three():
+    """A round's signals are every file's (signal_counts: built-in and user types), not only the
+    paper's three columns; older rows without signal_counts fall back to those columns."""
+    import json
+
+    from types import SimpleNamespace
+
+    from coevolve.ablate import ablation_rows
+    from coevolve.round import signal_counts_of
+    from flows.progress import describe, round_summary_markdown
+
+    counts = {"forgetting": 0, "boundary": 1, "rare": 0, "uncertainty": 2, "cut_short": 4}
+    row = {"round": 1, "signals_forgetting": 0, "signals_boundary": 1, "signals_rare": 0}
+    assert signal_counts_of(row) == {"forgetting": 0, "boundary": 1, "rare": 0}
+    row["signal_counts"] = json.dumps(counts)
+    assert signal_counts_of(row) == counts
+    md = round_summary_markdown(row)
+    assert "mined 7 signals (0 forgetting, 1 boundary, 0 rare, 2 uncertainty, 4 cut_short)" in md
+    assert md.strip().splitlines()[-1].split("|")[2].strip() == "7"
+    assert describe("signals", {"signals_boundary": 1, "signal_counts": counts}).startswith("Mined 7 signals (")
+
+    run = SimpleNamespace(
+        run_id="signals-s0", seed=0, condition=SimpleNamespace(name="signals"), cfg=SimpleNamespace(store="/tmp/x")
+    )
+    assert ablation_rows(run, [row])[0]["n_signals"] == 7
+
+
 def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness, tmp_path):
     import anyio
     from prefect import flow, get_client, task
