@@ -114,7 +114,12 @@ class PolicyConfig:
         ge=0,
     )
     top_p: float = _help("Nucleus sampling for training rollouts.", 1.0, gt=0, le=1)
-    batch_size: int = _help("Episodes generated together by the rollout engine.", 8, ge=1)
+    batch_size: int = _help(
+        "Episodes generated together by the rollout engine (16: on 2 CPU cores a SmolLM2 decoding "
+        "step of 16 rows costs 1.4x one of 8).",
+        16,
+        ge=1,
+    )
     dtype: str = _help(
         "Precision the local backend generates in: 'auto' (bfloat16 for models of 50M+ parameters on a "
         "GPU or a CPU with native bfloat16, else float32), 'float32', 'bfloat16' or 'float16'. Training "

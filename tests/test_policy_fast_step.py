@@ -102,3 +102,23 @@ def test_models_it_does_not_cover_keep_their_forward():
     scaled = LlamaConfig(**small, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
     assert FastStep.build(LlamaForCausalLM(scaled)) is None, "rope scaling: the model's own forward"
     assert FastStep.build(LlamaForCausalLM(LlamaConfig(**small, mlp_bias=True))) is None
+
+
+def test_half_precision_projections_are_prepacked_where_the_cpu_has_bf16(one_thread, monkeypatch):
+    """In bfloat16 on a CPU with native bf16 the step multiplies by oneDNN-prepacked weights (and
+    by the plain ones elsewhere); the packed step samples exactly what the plain one does."""
+    from coevolve.policy import fast_step
+    from coevolve.policy.local import _cpu_has_native_bf16
+
+    cfg = PolicyConfig(model="tiny", max_context_tokens=1024, dtype="bfloat16")
+    prompts = [list(range(40, 40 + n)) for n in (30, 7, 19)]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=8)
+    packed = LocalPolicy(cfg)
+    step = packed.fast_step
+    assert step is not None and step.packed == _cpu_has_native_bf16()
+    if step.packed:
+        assert step.operands[0][0].is_mkldnn and step.lm_operand.is_mkldnn, "oneDNN-layout copies"
+    monkeypatch.setattr(fast_step, "_packed_linear", lambda weight: False)
+    plain = LocalPolicy(cfg)
+    assert plain.fast_step is not None and not plain.fast_step.packed
+    assert packed.generate(prompts, sampling, [1, 2, 3]) == plain.generate(prompts, sampling, [1, 2, 3])
