@@ -11,7 +11,7 @@ computation in about 20 operations per layer:
 
 - the query, key and value projections are one matmul, and the gate and up projections another
   (their weights concatenated once per set of weights; the generation copy's own projections are
-  made views of those, so no memory is added where the runner is a copy);
+  made views of those, so fusing adds no memory where the runner is a copy);
 - the rotary embedding is computed once per step for all layers, and applied to queries and keys
   together;
 - attention is ``scaled_dot_product_attention`` with ``enable_gqa`` (one query per head, the
@@ -22,7 +22,8 @@ computation in about 20 operations per layer:
   reordered once into oneDNN's blocked layout (``torch.ops.mkldnn._reorder_linear_weight``): a
   small-batch matmul then streams its weights at close to the memory's bandwidth, about 1.7x
   faster than ``F.linear`` on the plain layout, with bit-identical results (checked when the
-  step is built; any difference, or a CPU without the kernel, keeps ``F.linear``).
+  step is built; any difference, or a CPU without the kernel, keeps ``F.linear``). The packed
+  copies cost one more copy of the weights (SmolLM2: 270 MB) while the step lives.
 
 The arithmetic is transformers' own, operation for operation in the same dtype (RMSNorm in
 float32, the rotary embedding in the model's dtype), so greedy tokens are the ones
@@ -57,15 +58,26 @@ class _Layer:
     down: torch.Tensor  # [D, I]
 
 
+# The batch size oneDNN's weight reorder is tuned for; any batch is computed correctly.
+_PACK_BATCH = 8
+
+
+def _pack(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight, _PACK_BATCH)
+
+
+def _packed_mm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
 def _packed_linear(sample: torch.Tensor) -> bool:
     """Whether oneDNN's prepacked linear can stand in for ``F.linear`` on weights like ``sample``
     [N, K]: bfloat16 on a CPU, the kernel present, and the same bits on a probe batch."""
     if sample.dtype != torch.bfloat16 or sample.device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
     try:
-        packed = torch.ops.mkldnn._reorder_linear_weight(sample, 8)
         probe = torch.randn(3, sample.shape[1], generator=torch.Generator().manual_seed(0)).to(sample.dtype)
-        got = torch.ops.mkldnn._linear_pointwise(probe, packed, None, "none", [], "")
+        got = _packed_mm(probe, _pack(sample))
     except (RuntimeError, AttributeError):  # no native bf16 (AVX2), or a build without the op
         return False
     return torch.equal(got, F.linear(probe, sample))
@@ -120,14 +132,10 @@ class FastStep:
         self.scaling = float(inner.layers[0].self_attn.scaling)
         # The operands the step multiplies by: the weights above, or their prepacked copies.
         self.packed = bool(self.layers) and _packed_linear(self.layers[0].gate_up)
-        pack = (lambda w: torch.ops.mkldnn._reorder_linear_weight(w, 8)) if self.packed else (lambda w: w)
+        pack = _pack if self.packed else (lambda w: w)
         self.operands = [(pack(la.qkv), pack(la.o), pack(la.gate_up), pack(la.down)) for la in self.layers]
         self.lm_operand = pack(self.lm_head)
-
-    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if self.packed:
-            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-        return F.linear(x, weight, bias)
+        self._linear = _packed_mm if self.packed else F.linear
 
     @staticmethod
     def covers(model: Any) -> bool:
