@@ -216,7 +216,14 @@ class TrainConfig:
         "Weights, gradients, the optimizer and the output head stay float32 (torch autocast).",
         "auto",
     )
-    max_seq_tokens: int = _help("Longest training sequence; longer episodes are cut from the left.", 1536, ge=1)
+    max_seq_tokens: int = _help(
+        "Longest training sequence; longer episodes are cut from the left. 0 = policy.max_context_tokens: "
+        "a prompt and its answer always fit, so every sampled message is scored on the whole prompt it "
+        "was sampled from, and an episode stays one sequence until its prompt budget drops old messages "
+        "(1536 split a default CPU step's 8 episodes into 43 overlapping sequences and computed 2.3x the tokens).",
+        0,
+        ge=0,
+    )
     sft_batch_size: int = _help("Reference trajectories per SFT warm-start step.", 2, ge=1)
     lr_scheduler: str = _help(
         "Learning-rate schedule of the GRPO steps (a transformers.get_scheduler name: "

@@ -124,3 +124,36 @@ def test_training_mask_covers_assistant_text(tokenizer):
     learned = tokenizer.decode([i for i, m in zip(ids, mask) if m])
     assert "done 0" in learned and '"name": "ls"' in learned and "request" not in learned
     assert tokenizer.decode(ids) == tokenizer.apply_chat_template(to_wire(msgs, [MV], "compact"), tokenize=False)
+
+
+def test_past_the_budget_messages_go_in_blocks_so_prompts_keep_extending(tokenizer):
+    """Once a turn outgrows the budget, the next messages drop the same old steps (the overflow is
+    rounded up to whole blocks): prompt k+1 extends prompt k, which the prompt cache then reuses,
+    except at the few messages where the overflow crosses into the next block."""
+    msgs = [{"role": "user", "content": "one request"}]
+    extends = {}
+    for block in (1, None):  # 1: only what is needed goes, one more step at every message
+        prev, hits, misses = None, 0, 0
+        conv = list(msgs)
+        for i in range(60):
+            conv += [
+                {"role": "assistant", "content": f"call {i} " * 2},
+                {"role": "tool", "content": f"result {i} " * 2},
+            ]
+            fitted, fits = fit_budget(
+                conv,
+                [MV],
+                tool_format="compact",
+                budget=400,
+                counter=TokenCounter.for_tokenizer(tokenizer),
+                drop_block=block,
+            )
+            assert fits and fitted[0]["content"].endswith("one request")
+            text = tokenizer.apply_chat_template(to_wire(fitted, [MV], "compact"), tokenize=False)
+            if prev is not None and "omitted]" in text:
+                hits, misses = (hits + 1, misses) if text.startswith(prev) else (hits, misses + 1)
+            prev = text
+        extends[block] = (hits, misses)
+    assert extends[1][0] == 0 and extends[1][1] > 20, extends  # every message pushed out one more
+    hits, misses = extends[None]
+    assert hits >= 2 * misses and misses >= 2, extends  # blocks of 100 tokens, steps of ~25: a new cut every ~4

@@ -33,7 +33,7 @@ def _scored(model, dtype):
     seqs = _sequences()
     advs = [0.5, -1.0, 0.3, 1.0, -0.2, 0.8, 0.4]
     logps = []
-    with compute_precision(dtype, torch.device("cpu")):
+    with compute_precision(dtype, model):
         for chunk in plan(seqs, 0, advs, micro_batch_size=1, share_prefix=True, min_prefix=16):
             logps += forward_backward(model, chunk, 1.0, lambda lp, b: -(lp * b["adv"]).sum())
     grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
@@ -63,9 +63,9 @@ def test_a_bfloat16_round_trains_both_sft_and_grpo_under_autocast(tmp_path, monk
     entered: list[tuple[str, torch.dtype]] = []
 
     def spy(where):
-        def enter(dtype, device):
+        def enter(dtype, model):
             entered.append((where, dtype))
-            return real(dtype, device)
+            return real(dtype, model)
 
         return enter
 
@@ -95,3 +95,24 @@ def test_a_bfloat16_round_trains_both_sft_and_grpo_under_autocast(tmp_path, monk
     assert all(v.dtype == torch.float32 for v in after.values())  # the checkpoint keeps float32 weights
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert all(torch.isfinite(v).all() for v in after.values())
+
+
+def test_frozen_weights_are_cast_once_for_the_context_and_give_autocasts_numbers():
+    from coevolve.train.local import attach_lora
+
+    torch.manual_seed(0)
+    model = attach_lora(AutoModelForCausalLM.from_pretrained(resolve_model("tiny")), 4, 8)
+    base = model.get_base_model()
+    proj = base.get_decoder().layers[0].self_attn.q_proj
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    # the plain autocast scores, every frozen weight cast at each use
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = torch.cat([forward_backward(model, c, 1.0, None)[0] for c in plan(_sequences(), 0, share_prefix=False)])
+    with compute_precision(torch.bfloat16, model):
+        assert proj.base_layer.weight.dtype == torch.bfloat16  # frozen: one cast for the whole context
+        assert proj.lora_A["default"].weight.dtype == torch.float32  # trained: autocast caches its cast
+        assert base.get_output_embeddings().weight.dtype == torch.float32  # the head is scored in float32
+        held = torch.cat([forward_backward(model, c, 1.0, None)[0] for c in plan(_sequences(), 0, share_prefix=False)])
+    assert torch.equal(held, plain)
+    after = dict(model.named_parameters())
+    assert all(after[n].dtype == torch.float32 and torch.equal(after[n], p) for n, p in before.items())

@@ -76,7 +76,7 @@ def measure_update(
             )
 
         def trainer_bf16_step() -> None:
-            with compute_precision(torch.bfloat16, torch.device("cpu")):
+            with compute_precision(torch.bfloat16, model):
                 trainer_step()
 
         def reference_step() -> None:

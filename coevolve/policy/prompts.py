@@ -20,7 +20,14 @@ Token budget rule (``fit_budget``), applied in this order until the prompt fits
    (default: a quarter of the prompt budget) with a ``[... truncated N tokens]`` note;
 2. the oldest messages of earlier turns are dropped, whole turns first (a turn starts at a
    ``user`` message), and a ``[N earlier messages omitted]`` note is put in their place;
-3. the oldest steps (assistant message + its tool responses) of the current turn are dropped;
+3. the oldest steps (assistant message + its tool responses) of the current turn are dropped.
+
+   Steps 2 and 3 free room in blocks of ``drop_block`` tokens (default: a quarter of the
+   budget): the overflow is rounded up to a whole block before messages go. So once a
+   conversation passes the budget, the next few messages drop the same old ones and each
+   prompt still extends the one before it, and the policy's prompt cache computes only the
+   new tokens, instead of recomputing every prompt after the system message once every new
+   message pushes out one more old message;
 4. if the system message and the current user message alone still do not fit, the
    caller cuts the prompt from the left and reports ``finish_reason="context_limit"``.
 
@@ -191,12 +198,15 @@ def fit_budget(
     budget: int,
     counter: TokenCounter,
     max_observation_tokens: int | None = None,
+    drop_block: int | None = None,
 ) -> tuple[list[Message], bool]:
     """Apply the truncation rule (module docstring, steps 1-3) to a conversation.
 
     Returns ``(messages, fits)``: the shortened conversation (same roles, never the system
     message or the current user message removed) and whether its estimate fits ``budget``
-    prompt tokens. The estimate sums per-message tokens plus ChatML framing.
+    prompt tokens. The estimate sums per-message tokens plus ChatML framing. Messages are
+    dropped until the estimate fits ``budget`` less the overflow's round-up to a multiple of
+    ``drop_block`` tokens (default ``budget // 4``; 1 drops no more than needed).
     """
     obs_limit = max_observation_tokens or max(32, budget // 4)
     msgs = [_truncate_observation(m, obs_limit, counter) if m["role"] == "tool" else m for m in messages]
@@ -207,12 +217,14 @@ def fit_budget(
     total = fixed + sum(sizes)
     if total <= budget:
         return msgs, True
+    block = max(1, drop_block or budget // 4)
+    target = total - -(-(total - budget) // block) * block  # the overflow, rounded up to whole blocks
 
     starts = _turn_starts(body)
     current = starts[-1] if starts else 0
     # Step 2: drop earlier turns' messages, oldest first, whole turns before partial ones.
     drop = 0
-    while drop < current and total > budget:
+    while drop < current and total > target:
         total -= sizes[drop]
         drop += 1
     if 0 < drop < current:
@@ -224,7 +236,7 @@ def fit_budget(
     sizes = sizes[drop:]
     # Step 3: drop the current turn's oldest steps (an assistant message and the tool messages after it).
     cur = current - drop
-    while total > budget and cur + 1 < len(kept):
+    while total > target and cur + 1 < len(kept):
         end = cur + 2
         while end < len(kept) and kept[end]["role"] == "tool":
             end += 1

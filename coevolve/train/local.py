@@ -88,6 +88,11 @@ def training_dtype(name: str, model: torch.nn.Module) -> torch.dtype:
     return dtype if dtype == torch.bfloat16 else torch.float32
 
 
+def sequence_limit(cfg: Any) -> int:
+    """``train.max_seq_tokens`` resolved: 0 means the policy's whole context (``policy.max_context_tokens``)."""
+    return cfg.train.max_seq_tokens or cfg.policy.max_context_tokens
+
+
 def encode_result(tokenizer: Any, result: Any, tool_format: str, max_tokens: int) -> tuple[list[int], list[int]]:
     """``(ids, mask)`` of an episode (a rollout ``EpisodeResult``), rendered as the policy prompts it.
 
@@ -176,7 +181,7 @@ class GrpoTrainer:
         seqs, advs = [], []
         for i, r in enumerate(results):
             if adv[i] != 0:
-                for seq in episode_sequences(r.steps, self.cfg.train.max_seq_tokens):
+                for seq in episode_sequences(r.steps, sequence_limit(self.cfg)):
                     seqs.append(seq)
                     advs.append(float(adv[i]))
         order = sorted(range(len(seqs)), key=lambda j: len(seqs[j].ids))
@@ -211,7 +216,7 @@ class GrpoTrainer:
         n_trained = sum(int(b["targets"].numel()) for c in chunks for b in c.batches)
         n_computed = sum(len(c.prefix) + sum(int(b["input_ids"].numel()) for b in c.batches) for c in chunks)
         out = []
-        with compute_precision(self.dtype, model_device(self.model)):
+        with compute_precision(self.dtype, self.model):
             refs = [self._reference_logprobs(c) for c in chunks] if t.kl_coef > 0 else None
             for epoch in range(t.ppo_epochs):
                 stats = grpo_optimizer_step(
@@ -424,7 +429,7 @@ def _warm_start(
 
     t = cfg.train
     chats = reference_chats(env, tasks, step_limit=cfg.env.step_limit, seed=seed)
-    examples = [encode_result(policy.tokenizer, r, cfg.policy.tool_format, t.max_seq_tokens) for r in chats]
+    examples = [encode_result(policy.tokenizer, r, cfg.policy.tool_format, sequence_limit(cfg)) for r in chats]
     settings = {
         k: getattr(t, k)
         for k in (

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any, Callable, cast
 
 import torch
@@ -86,13 +87,41 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def compute_precision(dtype: torch.dtype, device: torch.device) -> contextlib.AbstractContextManager:
-    """The context a forward/backward runs in to compute in ``dtype`` over float32 weights: torch
-    autocast (matmuls and attention in ``dtype``, reductions such as softmax and the loss's
-    log-sum-exp in float32; gradients and the optimizer's state stay float32); nothing for float32."""
+@contextlib.contextmanager
+def compute_precision(dtype: torch.dtype, model: torch.nn.Module) -> Iterator[None]:
+    """The context ``model``'s forward/backward passes run in to compute in ``dtype`` over float32
+    weights: torch autocast (matmuls and attention in ``dtype``, reductions such as softmax and
+    the loss's log-sum-exp in float32; gradients and the optimizer's state stay float32); nothing
+    for float32.
+
+    Autocast casts a weight to ``dtype`` at every use and keeps the cast only for weights that
+    require a gradient, so a frozen projection (LoRA's base weights) would be cast again by
+    every forward pass: about an eighth of a CPU update step. Inside the context each frozen
+    float32 linear weight holds its ``dtype`` copy instead (the same cast autocast makes, so the
+    same numbers) and gets its float32 values back on exit. The output head keeps float32: it
+    is scored outside autocast (``sampled_logprobs``)."""
     if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
+        yield
+        return
+    base: Any = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    head_weight = getattr(head, "weight", None)
+    frozen = [
+        (m.weight, m.weight.data)
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear)
+        and not m.weight.requires_grad
+        and m.weight.dtype == torch.float32
+        and m.weight is not head_weight
+    ]
+    try:
+        for weight, data in frozen:
+            weight.data = data.to(dtype)
+        with torch.autocast(model_device(model).type, dtype=dtype):
+            yield
+    finally:
+        for weight, data in frozen:
+            weight.data = data
 
 
 def _decoder_and_head(model: torch.nn.Module) -> tuple[Any, Any] | None:

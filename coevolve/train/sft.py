@@ -117,7 +117,7 @@ def run_sft(
         seqs = [TokenSequence(ids=ids, mask=mask, logprobs=[0.0] * len(ids)) for ids, mask in chosen]
         # log-probs at the assistant tokens only: the output head never sees the prompts
         chunks = plan(seqs, pad, None, micro_batch_size=micro, share_prefix=share_prefix, device=model_device(model))
-        with compute_precision(dtype, model_device(model)):
+        with compute_precision(dtype, model):
             for chunk in chunks:
                 forward_backward(model, chunk, 1.0, nll)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
