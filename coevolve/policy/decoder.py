@@ -18,7 +18,7 @@ import torch
 from transformers import DynamicCache
 
 from coevolve.policy.base import SamplingParams
-from coevolve.policy.kv_cache import growing_cache
+from coevolve.policy.kv_cache import fill_holes, growing_cache
 
 if TYPE_CHECKING:
     from coevolve.policy.local import LocalPolicy
@@ -117,18 +117,11 @@ class Decoder:
         prefills = [self.policy._prefill(row.prompt) for row in rows]
         self.policy.stats.prefill_s += time.perf_counter() - t
         lengths = [len(row.prompt) for row in rows]
-        width = max([self.width, *lengths])
-
-        def padded(x: torch.Tensor) -> torch.Tensor:  # left-pad [1|B, heads, len, dim] to the batch width
-            missing = width - x.shape[2]
-            return x if not missing else torch.cat([x.new_zeros(x.shape[:2] + (missing, x.shape[3])), x], dim=2)
-
-        layers = []
-        for li in range(len(prefills[0][0])):
-            old = [(self.cache.layers[li].keys, self.cache.layers[li].values)] if self.cache is not None else []
-            pairs = old + [kv[li] for kv, _ in prefills]
-            layers.append((torch.cat([padded(k) for k, _ in pairs]), torch.cat([padded(v) for _, v in pairs])))
-        self.cache = growing_cache(layers, width + self.sampling.max_new_tokens)
+        if self.cache is None:  # empty, with room for the first rows' answers
+            capacity = 2 * (max(lengths) + self.sampling.max_new_tokens)
+            self.cache = growing_cache([(k[:0, :, :0], v[:0, :, :0]) for k, v in prefills[0][0]], capacity)
+        for li, layer in enumerate(self.cache.layers):  # each row's own KV into a free row
+            layer.add_rows([kv[li] for kv, _ in prefills])
         self.lengths = torch.cat([self.lengths, torch.tensor(lengths)])
         new_logits = torch.stack([logits for _, logits in prefills])
         self.logits = new_logits if self.logits is None else torch.cat([self.logits, new_logits])
@@ -166,7 +159,7 @@ class Decoder:
             self._remember(j)
         done = [(self.rows[j], finish) for j, finish in finished]
         if finished:
-            self._keep(keep)
+            keep = self._keep([j for j, _ in finished])
         if self.rows:
             self.logits = self._feed([tokens[j] for j in keep])
             self.lengths = self.lengths + 1
@@ -183,13 +176,7 @@ class Decoder:
         ids = torch.tensor(tokens, device=dev)
         fast = self.policy.fast_step
         if fast is not None:  # coevolve.policy.fast_step: the same arithmetic in fewer operations
-            layers = self.cache.layers
-            for layer in layers:
-                layer.reserve(1)
-            logits = fast(ids, self.lengths.to(dev), layers, column, mask[:, None, None].to(dev))
-            for layer in layers:
-                layer.advance(1)
-            return logits
+            return fast(ids, self.lengths.to(dev), self.cache.layers, mask[:, None, None].to(dev))
         out = self.policy.runner(
             input_ids=ids[:, None],
             attention_mask=mask.long().to(dev),
@@ -199,17 +186,22 @@ class Decoder:
         )
         return out.logits[:, -1]
 
-    def _keep(self, keep: list[int]) -> None:
-        """Cut the batch down to rows ``keep``, dropping leading columns that no kept row uses."""
-        self.rows = [self.rows[j] for j in keep]
-        if not keep:
+    def _keep(self, leaving: list[int]) -> list[int]:
+        """Take rows ``leaving`` out of the batch: later rows move into their places (one row's
+        KV copied each; ``kv_cache.fill_holes``) and leading columns no row still uses are
+        dropped. Returns the old index of each row now in the batch, in its new order."""
+        moves, order = fill_holes(len(self.rows), leaving)
+        self.rows = [self.rows[j] for j in order]
+        if not order:
             self.cache, self.logits, self.lengths = None, None, torch.zeros(0, dtype=torch.long)
-            return
-        idx = torch.tensor(keep)
+            return order
+        idx = torch.tensor(order)
         self.lengths, self.logits = self.lengths[idx], self.logits[idx]
         trim = self.width - int(self.lengths.max())
         for layer in self.cache.layers:
-            layer.keep(idx.to(self.policy.device), trim)
+            layer.move_rows(moves, len(order))
+            layer.trim(trim)
+        return order
 
     def _remember(self, j: int) -> None:
         """Cache the KV of row ``j``'s prompt and the answer tokens fed so far: an episode's

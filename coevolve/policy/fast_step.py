@@ -175,14 +175,13 @@ class FastStep:
         tokens: torch.Tensor,
         positions: torch.Tensor,
         caches: list[Any],
-        column: int,
         mask: torch.Tensor,
     ) -> torch.Tensor:
         """Next-token logits [B, V] after feeding ``tokens`` [B] at ``positions`` [B].
 
-        ``caches``: one ``kv_cache._GrowingLayer`` per layer whose buffers have room at
-        ``column``; the new keys and values are written there, and attention reads columns
-        ``[0, column]`` under ``mask`` [B, 1, 1, column + 1] (True: attend).
+        ``caches``: one ``kv_cache._GrowingLayer`` per layer, ``width`` columns wide; the new
+        keys and values are appended to it, and attention reads its ``width + 1`` columns under
+        ``mask`` [B, 1, 1, width + 1] (True: attend).
         """
         b = tokens.shape[0]
         h, kv, d = self.heads, self.kv_heads, self.head_dim
@@ -200,9 +199,7 @@ class FastStep:
             qk, v = qkv[:, : h + kv], qkv[:, h + kv :]
             rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
             qk = qk * cos + rotated * sin  # [B, H + KV, d]
-            cache._k[:, :, column] = qk[:, h:]
-            cache._v[:, :, column] = v
-            keys, values = cache._k[:, :, : column + 1], cache._v[:, :, : column + 1]
+            keys, values = cache.update(qk[:, h:, None], v[:, :, None])  # [B, KV, width + 1, d]
             att = F.scaled_dot_product_attention(
                 qk[:, :h, None], keys, values, attn_mask=additive, scale=self.scaling, enable_gqa=kv != h
             )  # [B, H, 1, d]

@@ -1,8 +1,9 @@
 """The KV cache the local backend decodes in, and the attention that reads it.
 
-- ``growing_cache``: a transformers ``DynamicCache`` whose layers append in place into a
-  preallocated buffer (``_GrowingLayer``) instead of re-concatenating the whole cache at every
-  step, and can drop rows and leading columns (``keep``) when the decoder's batch shrinks;
+- ``growing_cache``: a transformers ``DynamicCache`` whose layers append in place into
+  preallocated buffers (``_GrowingLayer``) instead of re-concatenating the whole cache at every
+  step, and let rows join (``add_rows``) and leave (``move_rows``, ``fill_holes``) a running
+  batch by copying those rows' own columns, never the whole cache;
 - ``gqa_attention`` (registered with transformers as attention implementation ``coevolve_gqa``,
   which ``LocalPolicy`` selects over sdpa): decoding steps read grouped KV heads without
   copying them; prefill, training and dropout take transformers' sdpa path.
@@ -67,54 +68,121 @@ AttentionMaskInterface.register("coevolve_gqa", sdpa_mask)
 
 
 class _GrowingLayer(DynamicLayer):
-    """A KV cache layer that appends into a preallocated buffer.
+    """A KV cache layer over preallocated row and column buffers, so that a decoding batch
+    copies only what changes.
 
-    transformers' ``DynamicLayer`` re-concatenates the whole cache at every decoding step,
-    which costs O(context) memory traffic per generated token and per row: with small models
-    and long tool prompts that copy, not the matmuls, dominates and cancels what batching
-    gains. Here each step writes only its new columns; ``keys``/``values`` are views.
+    transformers' ``DynamicLayer`` re-concatenates the whole cache at every decoding step, which
+    costs O(context) memory traffic per generated token and per row; and a batch whose rows come
+    and go (``coevolve.policy.decoder``) would copy the whole cache each time one did. Here:
+
+    - the buffers are ``[row capacity, heads, column capacity, dim]``; the cache is the view of
+      the first ``rows`` rows and the columns ``[start, end)`` (every row's columns end at
+      ``end``; a shorter row's leading columns hold stale values its attention mask hides);
+    - a step writes only its new columns (``update``);
+    - a row that joins is written into the next free row (``add_rows``), and a row that
+      leaves is overwritten by a later one (``move_rows``): each copies one row's columns;
+    - leading columns no row needs any more are dropped by moving ``start`` (``trim``).
+
+    The buffers start zeroed and only ever hold finite keys and values, so a masked column
+    contributes exactly nothing. Running out of columns moves the live ones to the front once
+    (or doubles the buffers), running out of rows doubles them: both rare.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int):
         super().__init__()
         b, h, n, d = keys.shape
-        self._k = keys.new_empty((b, h, max(capacity, n), d))
-        self._v = values.new_empty((b, h, max(capacity, n), d))
+        self._k = keys.new_zeros((b, h, max(capacity, n), d))
+        self._v = values.new_zeros((b, h, max(capacity, n), d))
         self._k[:, :, :n], self._v[:, :, :n] = keys, values
-        self._n = n
+        self._rows, self._start, self._n = b, 0, n
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
         self._views()
 
     def _views(self) -> None:
-        self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+        self.keys = self._k[: self._rows, :, self._start : self._n]
+        self.values = self._v[: self._rows, :, self._start : self._n]
+
+    def _resize(self, rows: int, columns: int, shift: int = 0) -> None:
+        """New zeroed buffers of ``rows`` x ``columns`` holding the live view from column ``shift``."""
+        width = self._n - self._start
+        shape = (rows, self._k.shape[1], columns, self._k.shape[3])
+        k, v = self._k.new_zeros(shape), self._v.new_zeros(shape)
+        live = (slice(None, self._rows), slice(None), slice(self._start, self._n))
+        k[: self._rows, :, shift : shift + width], v[: self._rows, :, shift : shift + width] = (
+            self._k[live],
+            self._v[live],
+        )
+        self._k, self._v = k, v
+        self._start, self._n = shift, shift + width
+        self._views()
 
     def reserve(self, new: int) -> None:
-        """Make room for ``new`` more columns: double when out of room (rare: the capacity
-        covers the generation)."""
-        if self._n + new > self._k.shape[2]:
-            grow = max(new, self._k.shape[2])
-            self._k = torch.cat([self._k, self._k.new_empty(self._k.shape[:2] + (grow, self._k.shape[3]))], dim=2)
-            self._v = torch.cat([self._v, self._v.new_empty(self._v.shape[:2] + (grow, self._v.shape[3]))], dim=2)
-
-    def advance(self, new: int) -> None:
-        """Count ``new`` columns written straight into the buffers (``fast_step.FastStep``)."""
-        self._n += new
-        self._views()
+        """Make room for ``new`` more columns at the end: the live columns move to the front,
+        or the buffers double when that is not room enough."""
+        if self._n + new <= self._k.shape[2]:
+            return
+        width = self._n - self._start
+        self._resize(self._k.shape[0], max(self._k.shape[2], 2 * (width + new)))
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
         new = key_states.shape[-2]
         self.reserve(new)
-        self._k[:, :, self._n : self._n + new] = key_states
-        self._v[:, :, self._n : self._n + new] = value_states
+        self._k[: self._rows, :, self._n : self._n + new] = key_states
+        self._v[: self._rows, :, self._n : self._n + new] = value_states
         self._n += new
         self._views()
         return self.keys, self.values
 
-    def keep(self, indices: torch.Tensor, trim: int = 0) -> None:
-        """Keep the rows ``indices``, without the first ``trim`` columns."""
-        self._k, self._v = self._k[indices][:, :, trim:], self._v[indices][:, :, trim:]
-        self._n -= trim
+    def add_rows(self, rows: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Append rows (``(keys, values)`` [1, heads, length, dim] each), their columns ending at
+        the cache's end; the view widens to the longest of them if needed."""
+        longest = max(k.shape[2] for k, _ in rows)
+        total = self._rows + len(rows)
+        if total > self._k.shape[0] or longest > self._n:  # rare: no free row, or no room on the left
+            width = self._n - self._start
+            shift = max(0, longest - width)
+            self._resize(
+                max(self._k.shape[0], 2 * total if total > self._k.shape[0] else 0),
+                max(self._k.shape[2], 2 * (shift + width)),
+                shift,
+            )
+        self._start = min(self._start, self._n - longest)
+        for i, (k, v) in enumerate(rows):
+            self._k[self._rows + i, :, self._n - k.shape[2] : self._n] = k[0]
+            self._v[self._rows + i, :, self._n - v.shape[2] : self._n] = v[0]
+        self._rows = total
         self._views()
+
+    def move_rows(self, moves: list[tuple[int, int]], rows: int) -> None:
+        """Copy row ``src`` over row ``dst`` for each ``(src, dst)`` (the live columns only),
+        then keep the first ``rows`` rows."""
+        for src, dst in moves:
+            self._k[dst, :, self._start : self._n] = self._k[src, :, self._start : self._n]
+            self._v[dst, :, self._start : self._n] = self._v[src, :, self._start : self._n]
+        self._rows = rows
+        self._views()
+
+    def trim(self, columns: int) -> None:
+        """Drop the first ``columns`` live columns (no row needs them any more)."""
+        self._start += columns
+        self._views()
+
+
+def fill_holes(n: int, leaving: list[int]) -> tuple[list[tuple[int, int]], list[int]]:
+    """How ``n`` rows shrink to the ``n - len(leaving)`` that stay, moving as few as possible:
+    each leaving row among the first ``n - len(leaving)`` is overwritten by a staying row from
+    the end. Returns ``(moves, order)``: the ``(src, dst)`` copies and, for each row after
+    them, the index it had before."""
+    gone = set(leaving)
+    size = n - len(gone)
+    tail = [i for i in range(n - 1, size - 1, -1) if i not in gone]  # staying rows past the end
+    order = list(range(size))
+    moves = []
+    for hole in sorted(i for i in gone if i < size):
+        src = tail.pop()
+        moves.append((src, hole))
+        order[hole] = src
+    return moves, order
 
 
 def growing_cache(layers: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> DynamicCache:
