@@ -235,3 +235,11 @@ def test_a_groups_identical_prompts_are_computed_once(policy):
     policy.stats = DecodeStats()
     assert policy.generate([prompt] * 3, sampling, [1, 2, 3]) == alone
     assert policy.stats.prefill_tokens == len(prompt)
+
+
+def test_torch_kernels_held_to_avx2_mean_no_native_bfloat16(monkeypatch):
+    """``ATEN_CPU_CAPABILITY=avx2`` runs an AVX-512 box as an AVX2-only one: float32 generation."""
+    from coevolve.policy.local import _cpu_has_native_bf16
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert not _cpu_has_native_bf16()

@@ -61,6 +61,11 @@ _MAX_ANSWERS = 4096
 
 
 def _cpu_has_native_bf16() -> bool:
+    """The CPU computes in bfloat16 natively (AVX-512 BF16 or AMX) and torch's kernels use
+    AVX-512: ``ATEN_CPU_CAPABILITY=avx2`` (with ``ONEDNN_MAX_CPU_ISA=AVX2``) runs such a box as
+    an AVX2-only one would, float32 included."""
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AVX512_BF16", "AMX"):
+        return False
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((line for line in f if line.startswith("flags")), "").split()
