@@ -141,16 +141,36 @@ def evaluate(
     ``<run_id>-<part>``: ``eval`` for the benchmark, ``eval-synth`` for the held-out
     synthesized split) unless ``store`` is None; returns an ``EvalResult``.
     """
+    env = env or resolve("environment", cfg.env.name)()
+    tasks = eval_tasks(cfg, env) if tasks is None else list(tasks)
+    return evaluate_parts(store, cfg, run_id, round_no, policy, {part: tasks}, env=env, progress=progress)[part]
+
+
+def evaluate_parts(
+    store: Store | None,
+    cfg: RunConfig,
+    run_id: str,
+    round_no: int,
+    policy: Policy,
+    parts: dict[str, list[Task]],
+    *,
+    env: Any = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, EvalResult]:
+    """``evaluate`` of several task sets (``{part: tasks}``: the benchmark and the held-out
+    synthesized split) in one run of episodes, so that one set's episodes fill the batch
+    while the other's last ones finish; each set is written to its own part and scored on its
+    own. ``seconds`` of each result is the whole run's."""
     from coevolve.rollout import rollout_settings, run_episodes
 
     env = env or resolve("environment", cfg.env.name)()
-    tasks = eval_tasks(cfg, env) if tasks is None else list(tasks)
+    everything = [task for tasks in parts.values() for task in tasks]
     started = time.perf_counter()
     # BFCL's protocol (eval.*): its generation budget and step limit; an undecodable message ends the turn
     results = run_episodes(
         policy,
         env,
-        tasks,
+        everything,
         n_samples=1,
         phase="eval",
         run_id=run_id,
@@ -158,16 +178,20 @@ def evaluate(
         progress=progress,
         **rollout_settings(cfg, "eval"),
     )
-    rows = [row for r in results for row in r.steps]
-    n_rows = store.write("rollouts", round_no, f"{run_id}-{part}", rows) if store is not None else 0
-    scores = {r.task_id: r.score for r in results}
-    score, reward, per = summarize(tasks, scores)
-    return EvalResult(
-        score=score,
-        reward=reward,
-        per_category=per,
-        n_episodes=len(results),
-        n_rows=n_rows,
-        seconds=time.perf_counter() - started,
-        failures={r.task_id: r.score.reason for r in results if not r.score.success},
-    )
+    seconds = time.perf_counter() - started
+    out, at = {}, 0
+    for part, tasks in parts.items():
+        mine, at = results[at : at + len(tasks)], at + len(tasks)  # results come in task order
+        rows = [row for r in mine for row in r.steps]
+        n_rows = store.write("rollouts", round_no, f"{run_id}-{part}", rows) if store is not None else 0
+        score, reward, per = summarize(tasks, {r.task_id: r.score for r in mine})
+        out[part] = EvalResult(
+            score=score,
+            reward=reward,
+            per_category=per,
+            n_episodes=len(mine),
+            n_rows=n_rows,
+            seconds=seconds,
+            failures={r.task_id: r.score.reason for r in mine if not r.score.success},
+        )
+    return out

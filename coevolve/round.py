@@ -272,8 +272,9 @@ def _train_size(store: Store) -> int:
 
 
 def _evaluate(ctx: RoundContext) -> dict:
-    from coevolve.evaluate import evaluate
+    from coevolve.evaluate import eval_tasks, evaluate_parts
     from coevolve.policy import load_policy
+    from coevolve.registry import resolve
 
     # held-out entries come from the environment (eval_tasks), never from the pool
     started, splits = time.perf_counter(), Splits()
@@ -281,7 +282,12 @@ def _evaluate(ctx: RoundContext) -> dict:
         policy = load_policy(ctx.cfg.policy, ctx.policy_out())
     stats = getattr(policy, "stats", None)  # the local backend's DecodeStats (cumulative)
     before = (stats.prefill_s, stats.decode_s) if stats is not None else None
-    result = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy)
+    # the benchmark's held-out entries and the pool's held-out synthesized split (none in a store
+    # committed before it existed), run together
+    env = resolve("environment", ctx.cfg.env.name)()
+    parts = {"eval": eval_tasks(ctx.cfg, env), "eval-synth": pool_tasks(ctx.store, "heldout")}
+    results = evaluate_parts(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy, parts, env=env)
+    result = results["eval"]
     summary = {
         "eval_score": result.score,
         "eval_overall": result.overall,
@@ -289,10 +295,8 @@ def _evaluate(ctx: RoundContext) -> dict:
         "n_eval": result.n_episodes,
         "per_category": result.per_category,
     }
-    # the held-out synthesized split of the pool (none in a store committed before it existed)
-    synth = pool_tasks(ctx.store, "heldout")
-    if synth:
-        held = evaluate(ctx.store, ctx.cfg, ctx.run_id, ctx.round, policy, synth, part="eval-synth")
+    if parts["eval-synth"]:
+        held = results["eval-synth"]
         summary.update(synth_score=held.score, synth_reward=held.reward, n_synth=held.n_episodes)
     if stats is not None and before is not None:
         splits.add("prefill", stats.prefill_s - before[0])

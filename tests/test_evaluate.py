@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from coevolve.config import RunConfig
 from coevolve.envs.bfcl import BfclEnvironment
 from coevolve.envs.bfcl_data import heldout_scenarios, scenario_of
-from coevolve.evaluate import eval_tasks, evaluate, replay_reference
+from coevolve.evaluate import eval_tasks, evaluate, evaluate_parts, replay_reference
 from coevolve.policy.base import Generation
 from coevolve.policy.replay import ReplayPolicy
 from coevolve.rollout import run_episodes
@@ -55,6 +55,23 @@ def test_evaluate_replays_ground_truth_and_writes_rollouts(env, few, tmp_path):
     assert store.has_part("rollouts", 2, "r1-eval")
     n_calls = sum(len(turn) for t in few for turn in t.reference_actions)
     assert sum(1 for r in table if r["action_name"]) == n_calls
+
+
+def test_task_sets_evaluated_together_are_scored_and_written_apart(env, few, tmp_path):
+    """The benchmark and the held-out synthesized split run as one batch of episodes; each set
+    keeps its own part, score and failures, exactly as evaluated alone."""
+    store = Store(str(tmp_path / "store"))
+    solved, failed = few[:5], few[5:9]
+    policy = FailSome(solved + failed, failed)
+    both = evaluate_parts(store, RunConfig(), "r1", 1, policy, {"eval": solved, "eval-synth": failed}, env=env)
+    assert both["eval"].score == 1.0 and both["eval"].n_episodes == 5
+    assert both["eval-synth"].score == 0.0 and set(both["eval-synth"].failures) == {t.task_id for t in failed}
+    alone = evaluate(None, RunConfig(), "r1", 1, policy, failed, env=env)
+    assert alone.failures == both["eval-synth"].failures and alone.per_category == both["eval-synth"].per_category
+    rows = store.read("rollouts").to_pylist()
+    assert store.has_part("rollouts", 1, "r1-eval") and store.has_part("rollouts", 1, "r1-eval-synth")
+    assert {r["task_id"] for r in rows} == {t.task_id for t in few[:9]}
+    assert sum(both[p].n_rows for p in both) == len(rows)
 
 
 def test_eval_tasks_follow_config(env):
@@ -141,6 +158,17 @@ class DropLastTurn(ReplayPolicy):
 
     def message(self, task_id, turn, step):
         return "I cannot." if turn == self._n_turns[task_id] - 1 else super().message(task_id, turn, step)
+
+
+class FailSome(ReplayPolicy):
+    """Replays the reference, except for the last turn of the ``failing`` tasks (plain text)."""
+
+    def __init__(self, tasks, failing):
+        super().__init__(tasks)
+        self._last = {t.task_id: len(t.turns) - 1 for t in failing}
+
+    def message(self, task_id, turn, step):
+        return "I cannot." if self._last.get(task_id) == turn else super().message(task_id, turn, step)
 
 
 def test_failures_score_like_bfcl(env, few):
