@@ -7,6 +7,7 @@ import random
 
 import torch
 
+from coevolve.policy import kv_cache
 from coevolve.policy.kv_cache import fill_holes, growing_cache
 
 
@@ -28,12 +29,20 @@ def _row(length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(1, 2, length, 4, generator=g), torch.randn(1, 2, length, 4, generator=g)
 
 
-def test_rows_joining_and_leaving_read_as_the_padded_batch_and_reuse_the_buffers():
+def test_rows_joining_and_leaving_read_as_the_padded_batch_and_reuse_the_buffers(monkeypatch):
+    # buffers come uninitialized: NaN here, so any column that comes into view unwritten shows
+    monkeypatch.setattr(kv_cache, "_buffer", lambda like, shape: like.new_full(shape, float("nan")))
     rng = random.Random(1)
     rows: list[list[torch.Tensor]] = []  # the reference: each row's keys, one column per entry
     layer = growing_cache([(torch.zeros(0, 2, 0, 4), torch.zeros(0, 2, 0, 4))], 64).layers[0]
     reallocations, seed = 0, 0
     for step in range(300):
+        if step < 2:  # a short row, then a longer one: the batch widens on the left
+            seed += 1
+            k, v = _row(3 + 20 * step, seed)
+            layer.add_rows([(k, v)])
+            rows.append([k[0, :, i] for i in range(k.shape[2])])
+            continue
         buffer = layer._k.data_ptr()
         action = rng.random()
         if action < 0.25 or not rows:  # a row joins with its prompt's keys

@@ -67,6 +67,11 @@ AttentionInterface.register("coevolve_gqa", gqa_attention)
 AttentionMaskInterface.register("coevolve_gqa", sdpa_mask)
 
 
+def _buffer(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialized KV buffer (tests fill it with NaN to prove nothing unwritten is read)."""
+    return like.new_empty(shape)
+
+
 class _GrowingLayer(DynamicLayer):
     """A KV cache layer over preallocated row and column buffers, so that a decoding batch
     copies only what changes.
@@ -83,16 +88,17 @@ class _GrowingLayer(DynamicLayer):
       leaves is overwritten by a later one (``move_rows``): each copies one row's columns;
     - leading columns no row needs any more are dropped by moving ``start`` (``trim``).
 
-    The buffers start zeroed and only ever hold finite keys and values, so a masked column
-    contributes exactly nothing. Running out of columns moves the live ones to the front once
-    (or doubles the buffers), running out of rows doubles them: both rare.
+    Every value inside the view is finite (written, or zeroed when it comes into view without
+    being written), so a masked column contributes exactly nothing; the buffers themselves are
+    allocated uninitialized. Running out of columns moves the live ones to the front of new
+    buffers with room to spare, running out of rows doubles them: both rare.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int):
         super().__init__()
         b, h, n, d = keys.shape
-        self._k = keys.new_zeros((b, h, max(capacity, n), d))
-        self._v = values.new_zeros((b, h, max(capacity, n), d))
+        self._k = _buffer(keys, (b, h, max(capacity, n), d))
+        self._v = _buffer(values, (b, h, max(capacity, n), d))
         self._k[:, :, :n], self._v[:, :, :n] = keys, values
         self._rows, self._start, self._n = b, 0, n
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
@@ -103,10 +109,10 @@ class _GrowingLayer(DynamicLayer):
         self.values = self._v[: self._rows, :, self._start : self._n]
 
     def _resize(self, rows: int, columns: int, shift: int = 0) -> None:
-        """New zeroed buffers of ``rows`` x ``columns`` holding the live view from column ``shift``."""
+        """New buffers of ``rows`` x ``columns`` holding the live view from column ``shift``."""
         width = self._n - self._start
         shape = (rows, self._k.shape[1], columns, self._k.shape[3])
-        k, v = self._k.new_zeros(shape), self._v.new_zeros(shape)
+        k, v = _buffer(self._k, shape), _buffer(self._v, shape)
         live = (slice(None, self._rows), slice(None), slice(self._start, self._n))
         k[: self._rows, :, shift : shift + width], v[: self._rows, :, shift : shift + width] = (
             self._k[live],
@@ -142,15 +148,19 @@ class _GrowingLayer(DynamicLayer):
             width = self._n - self._start
             shift = max(0, longest - width)
             self._resize(
-                max(self._k.shape[0], 2 * total if total > self._k.shape[0] else 0),
+                max(self._k.shape[0], max(8, 2 * total) if total > self._k.shape[0] else 0),
                 max(self._k.shape[2], 2 * (shift + width)),
                 shift,
             )
-        self._start = min(self._start, self._n - longest)
+        start = min(self._start, self._n - longest)
+        for buf in (self._k, self._v):  # what comes into view without being written: zeros
+            buf[: self._rows, :, start : self._start] = 0
+            for i, (k, _) in enumerate(rows):
+                buf[self._rows + i, :, start : self._n - k.shape[2]] = 0
         for i, (k, v) in enumerate(rows):
             self._k[self._rows + i, :, self._n - k.shape[2] : self._n] = k[0]
             self._v[self._rows + i, :, self._n - v.shape[2] : self._n] = v[0]
-        self._rows = total
+        self._rows, self._start = total, start
         self._views()
 
     def move_rows(self, moves: list[tuple[int, int]], rows: int) -> None:
