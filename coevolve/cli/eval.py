@@ -142,6 +142,13 @@ def eval_command(
         else f"{cfg.policy.backend}:{getattr(policy, 'version', cfg.policy.model)}"
     )
     console.print(_table(f"{cfg.env.name} eval: {who}", result.per_category, result.seconds))
+    stats = getattr(policy, "stats", None)  # the local backend's DecodeStats
+    if stats is not None and stats.steps:
+        console.print(
+            f"generation: {stats.prefill_tokens} prompt tokens computed in {stats.prefill_s:.1f}s; "
+            f"{stats.row_steps} tokens in {stats.steps} decoding steps (mean batch "
+            f"{stats.row_steps / stats.steps:.1f}) in {stats.decode_s:.1f}s"
+        )
     if out is not None:
         console.print(
             f"{result.n_rows} rollouts rows -> {out.table_uri('rollouts')} (round={round_}, part {run_id or cfg.run_name}-eval)"
