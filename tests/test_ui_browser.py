@@ -51,8 +51,9 @@ def prefect_server(tmp_path):
     """`prefect server start` (API + UI) on loopback with its own home and database."""
 
     port = free_port()
+    # nothing Prefect-specific from the test process (another test in this worker may have set it)
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
         "PREFECT_HOME": str(tmp_path / "prefect"),
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -137,7 +138,10 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
                 failed = page.get_by_text("Failed", exact=True).first
                 assert not failed.is_visible(), (tmp_path / "worker.log").read_text()[-3000:]
                 assert time.time() < deadline, (
-                    "the run did not complete in 600 s:\n" + (tmp_path / "worker.log").read_text()[-3000:]
+                    "the run did not complete in 600 s:\n"
+                    + (tmp_path / "worker.log").read_text()[-3000:]
+                    + "\nserver:\n"
+                    + (tmp_path / "server.log").read_text()[-3000:]
                 )
                 page.wait_for_timeout(3000)
                 page.reload()
