@@ -183,7 +183,7 @@ def evaluate_parts(
     for part, tasks in parts.items():
         mine, at = results[at : at + len(tasks)], at + len(tasks)  # results come in task order
         rows = [row for r in mine for row in r.steps]
-        n_rows = store.write("rollouts", round_no, f"{run_id}-{part}", rows) if store is not None else 0
+        n_rows = store.write("rollouts", round_no, f"{run_id}-{part}", rows) if store is not None and tasks else 0
         score, reward, per = summarize(tasks, {r.task_id: r.score for r in mine})
         out[part] = EvalResult(
             score=score,
