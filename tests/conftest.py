@@ -13,6 +13,9 @@ from coevolve.processes import free_port
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# test servers never start scheduled runs: deployments/prefect.yaml's nightly schedule would start the
+# embedded default (20 minutes, on the repository's own store) whenever the suite runs at 02:00 UTC
+os.environ.setdefault("PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED", "false")
 os.environ.setdefault("BFCL_PROJECT_ROOT", os.path.join(os.path.expanduser("~"), ".cache", "coevolve", "bfcl"))
 
 
