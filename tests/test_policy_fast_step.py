@@ -122,3 +122,33 @@ def test_half_precision_projections_are_prepacked_where_the_cpu_has_bf16(one_thr
     plain = LocalPolicy(cfg)
     assert plain.fast_step is not None and not plain.fast_step.packed
     assert packed.generate(prompts, sampling, [1, 2, 3]) == plain.generate(prompts, sampling, [1, 2, 3])
+
+
+def test_batched_prefill_gives_the_models_own_kv_and_logits(one_thread):
+    """Prompts prefilled together (``FastStep.prefill`` through ``_prefill_many``: one with a
+    cached prefix, two sharing an uncached one, a duplicate, one too short to cache) get the KV
+    and next-token logits of the model's own forward on each prompt alone, and the shared prefix
+    is computed once."""
+    policy = LocalPolicy(PolicyConfig(model="tiny", max_context_tokens=1024))
+    g = torch.Generator().manual_seed(1)
+    vocab = policy.model.config.vocab_size
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(3, vocab, (n,), generator=g).tolist()
+
+    cached, shared = ids(50), ids(60)
+    prompts = [cached + ids(20), shared + ids(15), shared + ids(30), ids(9), cached + ids(5)]
+    prompts.append(prompts[1])
+    policy._prefill_many([cached])
+    computed_before = policy.stats.prefill_tokens
+    got = policy._prefill_many(prompts)
+    # new tokens only: 20 and 5 after the cached prefix, the shared 60 once, 15 + 30 after it, 9
+    assert policy.stats.prefill_tokens - computed_before == 20 + 5 + 60 + 15 + 30 + 9
+    for p, (kv, logits) in zip(prompts, got):
+        with torch.inference_mode():
+            out = policy.runner(input_ids=torch.tensor([p]), use_cache=True)
+        torch.testing.assert_close(logits, out.logits[0, -1], rtol=1e-4, atol=1e-4)
+        assert len(kv) == len(out.past_key_values.layers)
+        for (k, v), layer in zip(kv, out.past_key_values.layers):
+            torch.testing.assert_close(k, layer.keys, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(v, layer.values, rtol=1e-4, atol=1e-4)

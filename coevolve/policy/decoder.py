@@ -114,7 +114,7 @@ class Decoder:
         self.policy._check_weights()
         rows = [Row(key, list(ids), torch.Generator().manual_seed(seed)) for key, ids, seed in requests]
         t = time.perf_counter()
-        prefills = [self.policy._prefill(row.prompt) for row in rows]
+        prefills = self.policy._prefill_many([row.prompt for row in rows])
         self.policy.stats.prefill_s += time.perf_counter() - t
         lengths = [len(row.prompt) for row in rows]
         if self.cache is None:  # empty, with room for the first rows' answers

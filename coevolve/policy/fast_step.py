@@ -170,6 +170,76 @@ class FastStep:
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
         return weight * h.to(x.dtype)
 
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [N, 1, d] of the rotary embedding at ``positions`` [N], in ``dtype``."""
+        freqs = positions[:, None].float() * self.inv_freq[None]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.rope_scaling).to(dtype)[:, None], (emb.sin() * self.rope_scaling).to(dtype)[:, None]
+
+    def _rotate(self, qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = self.head_dim // 2
+        return qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
+
+    def prefill(
+        self, chunks: list[tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]] | None]]
+    ) -> tuple[list[list[tuple[torch.Tensor, torch.Tensor]]], torch.Tensor]:
+        """Several prompts' uncached tokens in one pass over the weights.
+
+        ``chunks``: (new token ids, the KV of the cached prefix they follow: [1, KV, p, d] per
+        layer, or None). The projections and the MLP run once over every chunk's tokens together
+        (one read of each weight, where prefilling one prompt at a time reads them all once per
+        prompt); attention runs per chunk, causal over its prefix and its own tokens. Returns each
+        chunk's KV of prefix + new tokens per layer ([1, KV, p + n, d]) and the next-token logits
+        after each chunk's last token [R, V].
+        """
+        h, kv, d = self.heads, self.kv_heads, self.head_dim
+        dev = self.embed.device
+        lens = [len(ids) for ids, _ in chunks]
+        starts = [prefix[0][0].shape[2] if prefix else 0 for _, prefix in chunks]
+        ids = torch.tensor([t for c, _ in chunks for t in c], device=dev)
+        positions = torch.cat([torch.arange(p, p + n) for p, n in zip(starts, lens)]).to(dev)
+        x = F.embedding(ids, self.embed)  # [N, D]
+        cos, sin = self._rope(positions, x.dtype)
+        # causal over prefix + own tokens (True: attend); without a prefix, sdpa's own causal mask
+        masks = [
+            (torch.arange(p + n, device=dev)[None] <= (p + torch.arange(n, device=dev))[:, None]) if p else None
+            for p, n in zip(starts, lens)
+        ]
+        out: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in chunks]
+        linear = self._linear
+        for li, (layer, (qkv_w, o_w, gate_up_w, down_w)) in enumerate(zip(self.layers, self.operands)):
+            y = self._rms(x, layer.ln1, layer.eps1)
+            qkv = linear(y, qkv_w, layer.qkv_bias).view(-1, h + 2 * kv, d)
+            qk = self._rotate(qkv[:, : h + kv], cos, sin).transpose(0, 1)  # [H + KV, N, d]
+            v = qkv[:, h + kv :].transpose(0, 1)  # [KV, N, d]
+            atts, offset = [], 0
+            for r, (n, (_, prefix)) in enumerate(zip(lens, chunks)):
+                part = slice(offset, offset + n)
+                keys, values = qk[None, h:, part], v[None, :, part]
+                if prefix:
+                    keys, values = torch.cat([prefix[li][0], keys], 2), torch.cat([prefix[li][1], values], 2)
+                else:
+                    keys, values = keys.contiguous(), values.contiguous()
+                out[r].append((keys, values))
+                att = F.scaled_dot_product_attention(
+                    qk[None, :h, part],
+                    keys,
+                    values,
+                    attn_mask=masks[r],
+                    is_causal=masks[r] is None,
+                    scale=self.scaling,
+                    enable_gqa=kv != h,
+                )  # [1, H, n, d]
+                atts.append(att[0].transpose(0, 1).reshape(n, h * d))
+                offset += n
+            x = x + linear(torch.cat(atts), o_w)
+            y = self._rms(x, layer.ln2, layer.eps2)
+            gate, up = linear(y, gate_up_w).chunk(2, dim=-1)
+            x = x + linear(F.silu(gate) * up, down_w)
+        last = torch.tensor(lens, device=dev).cumsum(0) - 1
+        x = self._rms(x[last], self.norm, self.norm_eps)
+        return out, linear(x, self.lm_operand)
+
     def __call__(
         self,
         tokens: torch.Tensor,
@@ -186,19 +256,14 @@ class FastStep:
         b = tokens.shape[0]
         h, kv, d = self.heads, self.kv_heads, self.head_dim
         x = F.embedding(tokens, self.embed)  # [B, D]
-        freqs = positions[:, None].float() * self.inv_freq[None]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.rope_scaling).to(x.dtype)[:, None]  # [B, 1, d]
-        sin = (emb.sin() * self.rope_scaling).to(x.dtype)[:, None]
+        cos, sin = self._rope(positions, x.dtype)  # [B, 1, d]
         additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, float("-inf"))
-        half = d // 2
         linear = self._linear
         for layer, (qkv_w, o_w, gate_up_w, down_w), cache in zip(self.layers, self.operands, caches):
             y = self._rms(x, layer.ln1, layer.eps1)
             qkv = linear(y, qkv_w, layer.qkv_bias).view(b, h + 2 * kv, d)
             qk, v = qkv[:, : h + kv], qkv[:, h + kv :]
-            rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
-            qk = qk * cos + rotated * sin  # [B, H + KV, d]
+            qk = self._rotate(qk, cos, sin)  # [B, H + KV, d]
             keys, values = cache.update(qk[:, h:, None], v[:, :, None])  # [B, KV, width + 1, d]
             att = F.scaled_dot_product_attention(
                 qk[:, :h, None], keys, values, attn_mask=additive, scale=self.scaling, enable_gqa=kv != h

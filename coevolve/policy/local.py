@@ -58,6 +58,34 @@ from coevolve.policy.prompts import Prompt, encode_with_answers, render_prompt
 
 # Generated answers whose token ids are kept for re-rendering conversations.
 _MAX_ANSWERS = 4096
+# New tokens per batched prefill pass (bounds its activations and attention scores).
+_PREFILL_TOKENS = 4096
+# A prefix shared by prompts of one batch is computed once first when it is this much longer
+# than what the prefix cache already holds of them.
+_SHARED_PREFIX_GAIN = 32
+
+
+def _shared_prefixes(prompts: list[list[int]], cache: PrefixCache) -> list[list[int]]:
+    """The prefixes that prompts of one batch share with another of them (each prompt's
+    longest with its neighbours in sorted order), where that is ``_SHARED_PREFIX_GAIN``
+    tokens past what ``cache`` holds of it."""
+    ordered = sorted(prompts)
+    shared: dict[tuple[int, ...], list[int]] = {}
+    for i, ids in enumerate(ordered):
+        common = max((_common_length(ids, ordered[j]) for j in (i - 1, i + 1) if 0 <= j < len(ordered)), default=0)
+        common = min(common, len(ids) - 1)
+        if common >= cache.longest(ids)[0] + _SHARED_PREFIX_GAIN:
+            shared.setdefault(tuple(ids[:common]), ids[:common])
+    return list(shared.values())
+
+
+def _common_length(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _cpu_has_native_bf16() -> bool:
@@ -273,6 +301,51 @@ class LocalPolicy(StreamingPolicy):
         logits = out.logits[0, -1]
         self.prefix_cache.put(ids, row_kv, logits)
         return row_kv, logits
+
+    def _prefill_many(
+        self, prompts: list[list[int]]
+    ) -> list[tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]]:
+        """``_prefill`` of several prompts: with the lean step, the uncached tokens of all of
+        them in batched passes over the weights (``FastStep.prefill``), where one prompt at a
+        time reads every weight once per prompt. A prefix that several of them share beyond
+        what is cached (the system message and tools of a task's first turn) is computed once,
+        first; identical prompts (a GRPO group's samples) are computed once."""
+        fast = self.fast_step
+        if fast is None:
+            return [self._prefill(ids) for ids in prompts]
+        done: dict[tuple[int, ...], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] = {}
+        todo: dict[tuple[int, ...], list[int]] = {}
+        for ids in prompts:
+            hit = self.prefix_cache.exact(ids)
+            if hit is not None:
+                done[tuple(ids)] = hit
+            else:
+                todo[tuple(ids)] = ids
+        self._prefill_batched(fast, _shared_prefixes(list(todo.values()), self.prefix_cache), logits=False)
+        done.update(self._prefill_batched(fast, list(todo.values()), logits=True))
+        return [done[tuple(ids)] for ids in prompts]
+
+    def _prefill_batched(
+        self, fast: FastStep, prompts: list[list[int]], logits: bool
+    ) -> dict[tuple[int, ...], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]]:
+        """Compute ``prompts`` (their uncached part) in passes of at most ``_PREFILL_TOKENS``
+        new tokens, put them in the prefix cache (with their next-token logits if ``logits``)
+        and return each one's (KV, next-token logits)."""
+        out = {}
+        batch: list[tuple[list[int], int, list[tuple[torch.Tensor, torch.Tensor]] | None]] = []
+        tokens = 0
+        for i, ids in enumerate(prompts):
+            p, kv = self.prefix_cache.longest(ids)
+            batch.append((ids, p, kv))
+            tokens += len(ids) - p
+            if tokens >= _PREFILL_TOKENS or i == len(prompts) - 1:
+                self.stats.prefill_tokens += tokens
+                rows_kv, next_logits = fast.prefill([(ids[p:], kv) for ids, p, kv in batch])
+                for (ids, _, _), row_kv, row_logits in zip(batch, rows_kv, next_logits):
+                    self.prefix_cache.put(ids, row_kv, row_logits if logits else None)
+                    out[tuple(ids)] = (row_kv, row_logits)
+                batch, tokens = [], 0
+        return out
 
     @torch.inference_mode()
     def generate(
