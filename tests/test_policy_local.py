@@ -37,9 +37,12 @@ def test_batched_cached_generation_equals_one_at_a_time(policy):
     policy.prefix_cache = PrefixCache(0)  # no reuse at all: the reference
     single = [policy.chat([c], [TOOLS], sampling, [m])[0].text for c, m in zip(convs(5), meta(5))]
     policy.prefix_cache = PrefixCache(100_000)
-    batched = [g.text for g in policy.chat(convs(5), [TOOLS] * 5, sampling, meta(5))]
+    gens = policy.chat(convs(5), [TOOLS] * 5, sampling, meta(5))
+    batched = [g.text for g in gens]
     assert batched == single
-    assert len(policy.prefix_cache._entries) == 10, "every row's prompt, and prompt + answer"
+    # one entry per row: its prompt + answer, which replaced its prompt and kept the prompt's logits
+    assert len(policy.prefix_cache) == 5
+    assert all(policy.prefix_cache.exact(g.prompt_ids) for g in gens)
     # Second step of every conversation: prompts extend the cached ones.
     longer = [
         c + [{"role": "assistant", "content": t}, {"role": "tool", "content": "[]"}] for c, t in zip(convs(5), batched)
@@ -102,7 +105,7 @@ def test_weight_updates_invalidate_the_prefix_cache(policy):
         next(policy.model.parameters()).add_(0.0)  # an in-place update, as an optimizer step does
     assert policy._weights_version() != policy._cached_weights
     policy.chat(convs(1), [TOOLS], sampling, meta(1))
-    assert len(policy.prefix_cache._entries) == 2, "stale entries were dropped, only this call's two remain"
+    assert len(policy.prefix_cache) == 1, "stale entries were dropped, only this call's prompt (+ answer) remains"
 
 
 def test_generation_matches_a_naive_uncached_sampler(policy):
@@ -243,3 +246,25 @@ def test_torch_kernels_held_to_avx2_mean_no_native_bfloat16(monkeypatch):
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert not _cpu_has_native_bf16()
+
+
+def test_a_sequence_that_extends_a_cached_one_replaces_it_and_keeps_its_logits():
+    """An episode's prompt, its answer, its next prompt: one entry, holding all three lookups."""
+    cache = PrefixCache(1000)
+
+    def kv(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        t = torch.arange(n, dtype=torch.float32).reshape(1, 1, n, 1)
+        return [(t, -t)]
+
+    prompt, answer, other = list(range(100, 130)), list(range(200, 210)), list(range(300, 340))
+    cache.put(prompt, kv(30), logits=torch.tensor([1.0]))
+    cache.put(other, kv(40), logits=torch.tensor([2.0]))
+    cache.put(prompt + answer, kv(40))
+    assert len(cache) == 2 and cache._tokens == 80
+    ((k, v),) = cache.exact(prompt)[0]
+    assert k.shape[2] == 30 and torch.equal(cache.exact(prompt)[1], torch.tensor([1.0]))
+    assert cache.exact(prompt + answer) is None  # stored without logits
+    assert cache.longest(prompt + answer + [7])[0] == 40
+    # evicting the entry takes the logits it held with it
+    cache.put(list(range(400, 1370)), kv(970))
+    assert cache.exact(prompt) is None and cache.exact(other) is None and len(cache) == 1

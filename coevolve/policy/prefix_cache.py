@@ -25,6 +25,11 @@ class PrefixCache:
     whole one (a re-tokenized previous answer that diverges late still saves its start). A
     prompt stored with its next-token logits needs no computation at all when asked again
     (the other samples of a GRPO group).
+
+    A sequence that extends a stored one replaces it (its KV starts with the other's), keeping
+    the other's logits: an episode's prompts and answers each extend the one before, so the
+    cache holds one entry per live conversation instead of one per turn, and a batch of
+    long conversations does not push out the very prefixes their next prompts need.
     """
 
     def __init__(self, max_tokens: int):
@@ -32,16 +37,20 @@ class PrefixCache:
         self._entries: OrderedDict[tuple[int, ...], tuple[np.ndarray, list[tuple[torch.Tensor, torch.Tensor]]]] = (
             OrderedDict()
         )
-        self._logits: dict[tuple[int, ...], torch.Tensor] = {}
+        # sequence -> (the entry holding its KV, its next-token logits)
+        self._logits: dict[tuple[int, ...], tuple[tuple[int, ...], torch.Tensor]] = {}
         self._tokens = 0
 
     def exact(self, ids: list[int]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor] | None:
         """(kv, next-token logits) of exactly ``ids`` if it was stored with its logits."""
-        key = tuple(ids)
-        if key not in self._logits:
+        found = self._logits.get(tuple(ids))
+        if found is None:
             return None
-        self._entries.move_to_end(key)
-        return self._entries[key][1], self._logits[key]
+        owner, logits = found
+        self._entries.move_to_end(owner)
+        kv = self._entries[owner][1]
+        n = len(ids)
+        return (kv if len(owner) == n else [(k[:, :, :n], v[:, :, :n]) for k, v in kv]), logits
 
     def longest(self, ids: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
         """(n, kv): the KV of the longest cached prefix of ``ids``, at most ``len(ids) - 1`` tokens."""
@@ -64,16 +73,31 @@ class PrefixCache:
         self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], logits: torch.Tensor | None = None
     ) -> None:
         key = tuple(ids)
-        if len(key) < _MIN_PREFIX or len(key) > self.max_tokens or key in self._entries:
+        if len(key) < _MIN_PREFIX or len(key) > self.max_tokens:
             return
-        self._entries[key] = (np.asarray(ids), kv)
-        if logits is not None:
-            self._logits[key] = logits
-        self._tokens += len(key)
+        if key not in self._entries:
+            for old in [old for old in self._entries if len(old) < len(key) and key[: len(old)] == old]:
+                self._drop(old, heir=key)
+            self._entries[key] = (np.asarray(ids), kv)
+            self._tokens += len(key)
+        if logits is not None and key not in self._logits:
+            self._logits[key] = (key, logits)
         while self._tokens > self.max_tokens:
-            old, _ = self._entries.popitem(last=False)
-            self._logits.pop(old, None)
-            self._tokens -= len(old)
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: tuple[int, ...], heir: tuple[int, ...] | None = None) -> None:
+        """Remove entry ``key``; the logits it held move to ``heir`` (an entry extending it) or go."""
+        del self._entries[key]
+        self._tokens -= len(key)
+        for seq, (owner, logits) in list(self._logits.items()):
+            if owner == key:
+                if heir is None:
+                    del self._logits[seq]
+                else:
+                    self._logits[seq] = (heir, logits)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def clear(self) -> None:
         self._entries.clear()
