@@ -114,6 +114,15 @@ class PolicyConfig:
         ge=0,
     )
     top_p: float = _help("Nucleus sampling for training rollouts.", 1.0, gt=0, le=1)
+    draft_tokens: int = _help(
+        "Local backend: tokens drafted per message and decoding step by prompt lookup (what followed the "
+        "latest earlier occurrence of the message's last tokens in its prompt and answer) and verified in "
+        "the same step, so one step can emit several tokens; what is sampled keeps its distribution exactly. "
+        "SmolLM2's tool calls copy names and values from their context: 4 drafts made its training "
+        "rollouts' messages in 1/3.2 of the steps (simulated on its own outputs). 0 = one token per step.",
+        4,
+        ge=0,
+    )
     batch_size: int = _help(
         "Episodes generated together by the rollout engine (16: on 2 CPU cores a SmolLM2 decoding "
         "step of 16 rows costs 1.4x one of 8).",

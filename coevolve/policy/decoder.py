@@ -1,10 +1,18 @@
 """Token-level continuous batching for the local backend (``Decoder``) and its sampler.
 
-Rows join the running batch at the next step (prefilled alone, from the prefix cache) and
+Rows join the running batch at the next step (prefilled together, from the prefix cache) and
 leave it the moment their answer ends; all rows decode together, left-padded, in one growing
 KV cache (``coevolve.policy.kv_cache``). Every row draws from its own random generator, and
 ``sample_next`` returns each sampled token's behaviour log-probability with it (what the
 trainer optimizes: ``coevolve.policy.base.Generation``).
+
+With the lean step (``fast_step``), a step also verifies tokens drafted by prompt lookup
+(``draft``: what followed the latest earlier occurrence of the row's last tokens): the row
+feeds its sampled token and its drafts, and keeps each draft with the probability the model
+gives it, in order (``accept_drafts``: speculative sampling with a point-mass draft, so what
+is emitted has exactly the model's distribution; greedy keeps the drafts the argmax agrees
+with). A tool call copies names and values from its context, so one step often emits
+several tokens. Rejected drafts leave masked columns in the KV cache (``Decoder.valid``).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 
@@ -24,8 +33,26 @@ if TYPE_CHECKING:
     from coevolve.policy.local import LocalPolicy
 
 
+def _distribution(logits: torch.Tensor, sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs of the temperature-scaled distribution, sampling probabilities after top-p)
+    of ``logits`` [..., V], both float32."""
+    scaled = logits.float() / sampling.temperature if sampling.temperature > 0 else logits.float()
+    logp = torch.log_softmax(scaled, dim=-1)
+    probs = logp.exp()
+    if sampling.temperature > 0 and sampling.top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest set whose mass reaches top_p (the first token always stays).
+        outside = sorted_p.cumsum(dim=-1) - sorted_p > sampling.top_p
+        sorted_p = sorted_p.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return logp, probs
+
+
 def sample_next(
-    logits: torch.Tensor, sampling: SamplingParams, generators: list[torch.Generator]
+    logits: torch.Tensor,
+    sampling: SamplingParams,
+    generators: list[torch.Generator],
+    exclude: list[int | None] | None = None,
 ) -> tuple[list[int], list[float]]:
     """One next token per row of ``logits`` [B, V] and its behaviour log-probability.
 
@@ -34,19 +61,19 @@ def sample_next(
     ``multinomial`` call per row. The log-probability is that of the temperature-scaled
     distribution, ``log_softmax(logits / temperature)`` in float32 (``log_softmax(logits)`` at
     temperature 0), before top-p truncation: what a trainer recomputes from the same logits.
+    ``exclude``: per row, a token that must not be drawn (a draft just rejected there: what is
+    drawn instead comes from the rest of the distribution, renormalized).
     """
-    scaled = logits.float() / sampling.temperature if sampling.temperature > 0 else logits.float()
-    logp = torch.log_softmax(scaled, dim=-1)
+    logp, probs = _distribution(logits, sampling)
+    barred = [(j, tok) for j, tok in enumerate(exclude or []) if tok is not None]
     if sampling.temperature <= 0:
-        tokens = logits.argmax(dim=-1)
+        scores = logits.float()
+        for j, tok in barred:
+            scores[j, tok] = float("-inf")
+        tokens = scores.argmax(dim=-1)
     else:
-        probs = logp.exp()
-        if sampling.top_p < 1.0:
-            sorted_p, order = probs.sort(dim=-1, descending=True)
-            # Keep the smallest set whose mass reaches top_p (the first token always stays).
-            outside = sorted_p.cumsum(dim=-1) - sorted_p > sampling.top_p
-            sorted_p = sorted_p.masked_fill(outside, 0.0)
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        for j, tok in barred:
+            probs[j, tok] = 0.0
         cdf = probs.cumsum(dim=-1)
         u = torch.cat([torch.rand(1, generator=g) for g in generators]).to(cdf.device)[:, None] * cdf[:, -1:]
         # searchsorted finds the first index whose CDF exceeds u; zero-probability tokens never qualify.
@@ -55,14 +82,72 @@ def sample_next(
     return tokens.tolist(), picked.tolist()
 
 
+def accept_drafts(
+    logits: torch.Tensor, drafts: list[list[int]], sampling: SamplingParams, generators: list[torch.Generator]
+) -> list[tuple[int, list[float]]]:
+    """How many of each row's ``drafts`` are kept, and their behaviour log-probabilities.
+
+    ``logits`` [B, T, V]: position i of row j predicts the token after its i-th fed token (the
+    sampled one, then the drafts). Draft i is kept with the probability the model gives it there
+    (after temperature and top-p), one uniform draw from the row's generator each, stopping at
+    the first rejection: speculative sampling with a draft distribution that is a point mass,
+    whose accept-or-resample emits exactly the model's distribution (the resample, from the
+    distribution without the rejected draft, is the next ``sample_next`` with ``exclude``).
+    Greedy keeps the drafts equal to the argmax.
+    """
+    longest = max((len(d) for d in drafts), default=0)
+    if longest == 0:
+        return [(0, []) for _ in drafts]
+    ids = torch.tensor([d + [0] * (longest - len(d)) for d in drafts], device=logits.device)  # [B, K]
+    logp, probs = _distribution(logits[:, :longest], sampling)
+    draft_logp = logp.gather(-1, ids[..., None]).squeeze(-1).tolist()
+    if sampling.temperature <= 0:
+        agree = (logits[:, :longest].argmax(dim=-1) == ids).tolist()
+    else:
+        chance = (probs.gather(-1, ids[..., None]).squeeze(-1) / probs.sum(dim=-1)).tolist()  # top-p renormalized
+    out = []
+    for j, draft in enumerate(drafts):
+        kept = 0
+        while kept < len(draft):
+            if sampling.temperature <= 0:
+                ok = agree[j][kept]
+            else:
+                ok = torch.rand(1, generator=generators[j]).item() < chance[j][kept]
+            if not ok:
+                break
+            kept += 1
+        out.append((kept, draft_logp[j][:kept]))
+    return out
+
+
+def draft(ids: list[int], k: int, ngram: int = 3) -> list[int]:
+    """Prompt lookup: up to ``k`` tokens that followed the latest earlier occurrence of the last
+    ``ngram`` tokens of ``ids`` (else of the last ``ngram - 1``, ..., 1)."""
+    if k <= 0 or len(ids) < 2:
+        return []
+    seq = np.asarray(ids)
+    for n in range(min(ngram, len(ids) - 1), 0, -1):
+        # windows starting at 0 .. len - n - 1: every occurrence that has a token after it
+        hit = np.ones(len(seq) - n, dtype=bool)
+        for i in range(n):
+            hit &= seq[i : len(seq) - n + i] == seq[len(seq) - n + i]
+        found = np.flatnonzero(hit)
+        if len(found):
+            start = int(found[-1]) + n
+            return seq[start : start + k].tolist()
+    return []
+
+
 @dataclass
 class DecodeStats:
     """Where a policy's generation time went (cumulative; ``coevolve bench rollout`` prints it)."""
 
     prefill_tokens: int = 0  # prompt tokens computed (not found in the prefix cache)
     prefill_s: float = 0.0
-    steps: int = 0  # decoding steps (one token for every row in the batch)
+    steps: int = 0  # decoding steps (one sampled token for every row in the batch, and its drafts)
     row_steps: int = 0  # sum of the batch size over steps
+    drafted: int = 0  # drafted tokens verified
+    accepted: int = 0  # drafted tokens kept (emitted without a step of their own)
     decode_s: float = 0.0
 
 
@@ -85,11 +170,12 @@ class Decoder:
             for key, ids, finish in decoder.step(): ...   # and add more rows whenever
 
     All rows share one left-padded KV cache whose columns end at the same place; a row that
-    joins is prefilled alone (``LocalPolicy._prefill``: only what the prefix cache lacks) and
+    joins is prefilled (``LocalPolicy._prefill_many``: only what the prefix cache lacks) and
     padded in; a finished row is cut out, and the leading columns no row needs any more are
     dropped with it. So the batch stays full while requests come and go: with tool-calling
     episodes, a row that stops early is back with its next prompt after one environment step
-    instead of idling until the batch's longest message ends.
+    instead of idling until the batch's longest message ends. ``valid`` [B, width] marks the
+    columns each row attends to: its own (not the padding on its left, not drafts it rejected).
     """
 
     def __init__(self, policy: "LocalPolicy", sampling: SamplingParams):
@@ -97,7 +183,9 @@ class Decoder:
         self.rows: list[Row] = []
         self.cache: DynamicCache | None = None
         self.lengths = torch.zeros(0, dtype=torch.long)  # tokens in each row's KV (prompt + fed answer)
+        self.valid = torch.zeros(0, 0, dtype=torch.bool)  # [B, width]: the columns each row attends to
         self.logits: torch.Tensor | None = None  # next-token logits of each row [B, V]
+        self.exclude: list[int | None] = []  # per row: the draft just rejected (not to be drawn next)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -120,16 +208,27 @@ class Decoder:
         if self.cache is None:  # empty, with room for the first rows' answers
             capacity = 2 * (max(lengths) + self.sampling.max_new_tokens)
             self.cache = growing_cache([(k[:0, :, :0], v[:0, :, :0]) for k, v in prefills[0][0]], capacity)
+        before = self.width
         for li, layer in enumerate(self.cache.layers):  # each row's own KV into a free row
             layer.add_rows([kv[li] for kv, _ in prefills])
+        width = self.width
+        columns = torch.arange(width)
+        self.valid = torch.cat(
+            [
+                torch.cat([torch.zeros(len(self.rows), width - before, dtype=torch.bool), self.valid], dim=1),
+                columns[None] >= width - torch.tensor(lengths)[:, None],
+            ]
+        )
         self.lengths = torch.cat([self.lengths, torch.tensor(lengths)])
         new_logits = torch.stack([logits for _, logits in prefills])
         self.logits = new_logits if self.logits is None else torch.cat([self.logits, new_logits])
+        self.exclude += [None] * len(rows)
         self.rows += rows
 
     def step(self) -> list[tuple[Hashable, list[int], str]]:
-        """Sample one token for every row and feed it; returns the rows that finished, as
-        (key, generated ids without the stop token, "stop" | "length")."""
+        """Sample one token for every row (and keep the drafts verified with it) and feed it;
+        returns the rows that finished, as (key, generated ids without the stop token,
+        "stop" | "length")."""
         return [(row.key, row.generated, finish) for row, finish in self.step_rows()]
 
     @torch.inference_mode()
@@ -142,7 +241,8 @@ class Decoder:
         stats = self.policy.stats
         stats.steps += 1
         stats.row_steps += len(self.rows)
-        tokens, logprobs = sample_next(self.logits, self.sampling, [row.generator for row in self.rows])
+        generators = [row.generator for row in self.rows]
+        tokens, logprobs = sample_next(self.logits, self.sampling, generators, self.exclude)
         finished, keep = [], []
         for j, (row, tok, lp) in enumerate(zip(self.rows, tokens, logprobs)):
             row.logprobs.append(lp)
@@ -161,30 +261,64 @@ class Decoder:
         if finished:
             keep = self._keep([j for j, _ in finished])
         if self.rows:
-            self.logits = self._feed([tokens[j] for j in keep])
-            self.lengths = self.lengths + 1
+            fed = [[tokens[j]] + self._draft(row) for j, row in zip(keep, self.rows)]
+            logits = self._feed(fed)  # [B, T, V]
+            drafts = [f[1:] for f in fed]
+            verdicts = accept_drafts(logits[:, :-1], drafts, self.sampling, [row.generator for row in self.rows])
+            kept = torch.tensor([n for n, _ in verdicts])
+            for row, d, (n, lps) in zip(self.rows, drafts, verdicts):
+                row.generated += d[:n]
+                row.logprobs += lps
+                stats.drafted += len(d)
+                stats.accepted += n
+            self.exclude = [d[n] if n < len(d) else None for d, (n, _) in zip(drafts, verdicts)]
+            # what each row fed beyond its kept drafts is masked out for good
+            t_fed = logits.shape[1]
+            self.valid[:, self.width - t_fed :] &= torch.arange(t_fed)[None] <= kept[:, None]
+            self.lengths = self.lengths + 1 + kept
+            self.logits = logits[torch.arange(len(self.rows)), kept]
         stats.decode_s += time.perf_counter() - t
         return done
 
-    def _feed(self, tokens: list[int]) -> torch.Tensor:
-        """Feed one token per row into the cache; the next-token logits [B, V]. Every row's
-        new column is the cache's next one (left padding): the mask lets row j see its last
-        ``lengths[j]`` columns and the new one."""
+    def _draft(self, row: Row) -> list[int]:
+        """Prompt-lookup drafts for ``row`` (none past its budget, none from a stop token on)."""
+        room = min(self.policy.cfg.draft_tokens, self.sampling.max_new_tokens - len(row.generated) - 1)
+        if room <= 0 or self.policy.fast_step is None:  # the model's own forward takes one token per row
+            return []
+        out = []
+        for tok in draft(row.prompt + row.generated, room):
+            if tok in self.policy.stop_ids:
+                break
+            out.append(tok)
+        return out
+
+    def _feed(self, fed: list[list[int]]) -> torch.Tensor:
+        """Feed each row's tokens (its sampled one, then its drafts; T = the most any row feeds,
+        shorter rows padded) into the cache's next T columns; the logits after each [B, T, V].
+        Row j attends to its ``valid`` columns and, causally, to the new ones it fed."""
+        t_fed = max(len(f) for f in fed)
         column = self.width
-        mask = torch.arange(column + 1)[None] >= (column - self.lengths)[:, None]
+        n_fed = torch.tensor([len(f) for f in fed])
+        new = torch.arange(t_fed)[None] < n_fed[:, None]  # [B, T]: the row fed this column
+        self.valid = torch.cat([self.valid, new], dim=1)
         dev = self.policy.device
-        ids = torch.tensor(tokens, device=dev)
+        ids = torch.tensor([f + [self.policy.pad_id] * (t_fed - len(f)) for f in fed], device=dev)
+        positions = (self.lengths[:, None] + torch.arange(t_fed)[None]).to(dev)
         fast = self.policy.fast_step
         if fast is not None:  # coevolve.policy.fast_step: the same arithmetic in fewer operations
-            return fast(ids, self.lengths.to(dev), self.cache.layers, mask[:, None, None].to(dev))
-        out = self.policy.runner(
-            input_ids=ids[:, None],
-            attention_mask=mask.long().to(dev),
-            position_ids=self.lengths[:, None].to(dev),
+            causal = torch.arange(t_fed)[None, :] <= torch.arange(t_fed)[:, None]  # [T query, T key]
+            mask = torch.cat(
+                [self.valid[:, None, :column].expand(-1, t_fed, -1), causal[None] & new[:, None, :]], dim=2
+            )
+            return fast(ids, positions, self.cache.layers, mask[:, None].to(dev))
+        out = self.policy.runner(  # one token per row (no drafts without the lean step)
+            input_ids=ids,
+            attention_mask=self.valid.long().to(dev),
+            position_ids=positions,
             past_key_values=self.cache,
             use_cache=True,
         )
-        return out.logits[:, -1]
+        return out.logits
 
     def _keep(self, leaving: list[int]) -> list[int]:
         """Take rows ``leaving`` out of the batch: later rows move into their places (one row's
@@ -192,12 +326,16 @@ class Decoder:
         dropped. Returns the old index of each row now in the batch, in its new order."""
         moves, order = fill_holes(len(self.rows), leaving)
         self.rows = [self.rows[j] for j in order]
+        self.exclude = [self.exclude[j] for j in order]
         if not order:
             self.cache, self.logits, self.lengths = None, None, torch.zeros(0, dtype=torch.long)
+            self.valid = torch.zeros(0, 0, dtype=torch.bool)
             return order
         idx = torch.tensor(order)
-        self.lengths, self.logits = self.lengths[idx], self.logits[idx]
-        trim = self.width - int(self.lengths.max())
+        self.lengths, self.logits, self.valid = self.lengths[idx], self.logits[idx], self.valid[idx]
+        used = self.valid.any(dim=0)
+        trim = int(used.int().argmax()) if bool(used.any()) else self.width
+        self.valid = self.valid[:, trim:]
         for layer in self.cache.layers:
             layer.move_rows(moves, len(order))
             layer.trim(trim)
@@ -209,5 +347,11 @@ class Decoder:
         row, n = self.rows[j], int(self.lengths[j])
         fed = n - len(row.prompt)
         if fed > 0:
-            kv = [(l.keys[j : j + 1, :, -n:].clone(), l.values[j : j + 1, :, -n:].clone()) for l in self.cache.layers]
+            cols = self.valid[j].nonzero().squeeze(1)
+            if int(cols[0]) == self.width - n:  # contiguous (no rejected drafts among them): a slice
+                kv = [
+                    (l.keys[j : j + 1, :, -n:].clone(), l.values[j : j + 1, :, -n:].clone()) for l in self.cache.layers
+                ]
+            else:
+                kv = [(l.keys[j : j + 1, :, cols], l.values[j : j + 1, :, cols]) for l in self.cache.layers]
             self.policy.prefix_cache.put(row.prompt + row.generated[:fed], kv)

@@ -247,30 +247,31 @@ class FastStep:
         caches: list[Any],
         mask: torch.Tensor,
     ) -> torch.Tensor:
-        """Next-token logits [B, V] after feeding ``tokens`` [B] at ``positions`` [B].
+        """Logits [B, T, V] after each of ``tokens`` [B, T] at ``positions`` [B, T]: T is 1 for
+        a plain decoding step, more where drafted tokens are verified (``decoder``).
 
         ``caches``: one ``kv_cache._GrowingLayer`` per layer, ``width`` columns wide; the new
-        keys and values are appended to it, and attention reads its ``width + 1`` columns under
-        ``mask`` [B, 1, 1, width + 1] (True: attend).
+        keys and values are appended to it (T columns), and attention reads its ``width + T``
+        columns under ``mask`` [B, 1, T, width + T] (True: attend).
         """
-        b = tokens.shape[0]
+        b, t = tokens.shape
         h, kv, d = self.heads, self.kv_heads, self.head_dim
-        x = F.embedding(tokens, self.embed)  # [B, D]
-        cos, sin = self._rope(positions, x.dtype)  # [B, 1, d]
+        x = F.embedding(tokens.reshape(-1), self.embed)  # [B T, D]
+        cos, sin = self._rope(positions.reshape(-1), x.dtype)  # [B T, 1, d]
         additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, float("-inf"))
         linear = self._linear
         for layer, (qkv_w, o_w, gate_up_w, down_w), cache in zip(self.layers, self.operands, caches):
             y = self._rms(x, layer.ln1, layer.eps1)
-            qkv = linear(y, qkv_w, layer.qkv_bias).view(b, h + 2 * kv, d)
-            qk, v = qkv[:, : h + kv], qkv[:, h + kv :]
-            qk = self._rotate(qk, cos, sin)  # [B, H + KV, d]
-            keys, values = cache.update(qk[:, h:, None], v[:, :, None])  # [B, KV, width + 1, d]
+            qkv = linear(y, qkv_w, layer.qkv_bias).view(b * t, h + 2 * kv, d)
+            qk = self._rotate(qkv[:, : h + kv], cos, sin).view(b, t, h + kv, d).transpose(1, 2)  # [B, H + KV, T, d]
+            v = qkv[:, h + kv :].view(b, t, kv, d).transpose(1, 2)
+            keys, values = cache.update(qk[:, h:], v)  # [B, KV, width + T, d]
             att = F.scaled_dot_product_attention(
-                qk[:, :h, None], keys, values, attn_mask=additive, scale=self.scaling, enable_gqa=kv != h
-            )  # [B, H, 1, d]
-            x = x + linear(att.reshape(b, h * d), o_w)
+                qk[:, :h], keys, values, attn_mask=additive, scale=self.scaling, enable_gqa=kv != h
+            )  # [B, H, T, d]
+            x = x + linear(att.transpose(1, 2).reshape(b * t, h * d), o_w)
             y = self._rms(x, layer.ln2, layer.eps2)
             gate, up = linear(y, gate_up_w).chunk(2, dim=-1)
             x = x + linear(F.silu(gate) * up, down_w)
         x = self._rms(x, self.norm, self.norm_eps)
-        return linear(x, self.lm_operand)
+        return linear(x, self.lm_operand).view(b, t, -1)
