@@ -75,6 +75,9 @@ def test_generation_limits_count_the_same_tokens_for_engine_and_generate():
     assert out["engine"]["decode_tokens"] == 3 * 5 and out["generate"]["decode_tokens"] == 3 * 4
     # the same engine without the lean decoding step, measured in the same run
     assert out["engine_forward"]["decode_tokens"] == 3 * 5 and policy.fast_step is not None
+    # and with prompt-lookup drafts off: every token from a step of its own
+    one = out["engine_one_token_per_step"]
+    assert one["decode_tokens"] == 3 * 5 and one["steps"] == 5 and policy.cfg.draft_tokens == 4
     assert out["engine"]["prefill_tokens"] == out["generate"]["prefill_tokens"] == sum(map(len, prompts))
     assert out["bound"]["decode_tok_s"] > 0 and out["bound"]["bandwidth_gb_s"] > 0
     assert out["decode_vs_generate"] > 0 and 0 < out["decode_vs_bound"]

@@ -10,7 +10,9 @@ warm-up:
   from a cold prefix cache, every row generating exactly ``new_tokens`` (stop tokens ignored);
   prefill and decode seconds from its ``DecodeStats``; where the lean decoding step
   (``coevolve.policy.fast_step``) covers the model, again with every step through the model's
-  own ``forward`` ("without lean step"), so the step's gain is measured in the same run;
+  own ``forward`` ("without lean step"), so the step's gain is measured in the same run, and
+  with prompt-lookup drafts off ("one token per step"): the bound below is for one token per
+  row and step, which verified drafts can pass;
 - **generate()**: ``transformers``' ``generate`` on the same model weights (the engine's
   generation copy: same dtype, adapters merged) with sdpa attention and its own KV cache, the
   batch left-padded, sampling, ``min_new_tokens = max_new_tokens = new_tokens``; prefill is a
@@ -78,8 +80,19 @@ def _engine(policy: Any, prompts: list[list[int]], new_tokens: int) -> dict[str,
         "prefill_s": stats.prefill_s,
         "decode_s": stats.decode_s,
         "prefill_tokens": stats.prefill_tokens,
-        "decode_tokens": stats.row_steps,
+        "decode_tokens": stats.row_steps + stats.accepted,  # a kept draft is a token without a step
+        "steps": stats.steps,
     }
+
+
+def _engine_one_token_per_step(policy: Any, prompts: list[list[int]], new_tokens: int) -> dict[str, float]:
+    """``_engine`` with prompt-lookup drafts off (``policy.draft_tokens`` 0)."""
+    drafts = policy.cfg.draft_tokens
+    policy.cfg.draft_tokens = 0
+    try:
+        return _engine(policy, prompts, new_tokens)
+    finally:
+        policy.cfg.draft_tokens = drafts
 
 
 def _generate(model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, pad_id: int) -> dict[str, float]:
@@ -126,6 +139,9 @@ def limits(
     if not prompts or new_tokens < 2:
         raise ValueError("limits: needs prompts and new_tokens >= 2")
     engine = _engine(policy, prompts, new_tokens)
+    single = None
+    if getattr(policy, "fast_step", None) is not None and getattr(policy.cfg, "draft_tokens", 0) > 0:
+        single = _engine_one_token_per_step(policy, prompts, new_tokens)
     forward = None
     if getattr(policy, "fast_step", None) is not None:  # the same engine stepping through the model's forward
         policy.fast_decode, policy._runner = False, None
@@ -157,6 +173,8 @@ def limits(
         "generate": rates(gen),
         "bound": {"decode_tok_s": bound, "bandwidth_gb_s": bandwidth / 1e9, "step_mb": step_bytes / 1e6},
     }
+    if single is not None:
+        out["engine_one_token_per_step"] = rates(single)
     if forward is not None:
         out["engine_forward"] = rates(forward)
     e, g = out["engine"], out["generate"]
@@ -171,6 +189,8 @@ def limits(
     )
     echo(f"{'':<24}{'prefill tok/s':>14}{'decode tok/s':>14}{'vs generate()':>15}{'vs bound':>10}")
     rows = [("coevolve engine", e)]
+    if single is not None:
+        rows.append(("  one token per step", out["engine_one_token_per_step"]))
     if forward is not None:
         rows.append(("  without lean step", out["engine_forward"]))
     for label, m in (*rows, ("transformers generate()", g)):
@@ -183,4 +203,9 @@ def limits(
         f"   ({bandwidth / 1e9:.1f} GB/s copy; {step_bytes / 1e6:.0f} MB read per decoding step: "
         f"weights + the batch's KV cache)"
     )
+    if single is not None:
+        echo(
+            f"drafts: {e['decode_tokens'] / e['steps'] / batch:.2f} tokens per row and step "
+            f"(prompt lookup, policy.draft_tokens={policy.cfg.draft_tokens}); the bound is one token per step"
+        )
     return out
