@@ -259,6 +259,8 @@ class FastStep:
         x = F.embedding(tokens.reshape(-1), self.embed)  # [B T, D]
         cos, sin = self._rope(positions.reshape(-1), x.dtype)  # [B T, 1, d]
         additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, float("-inf"))
+        if t > 1:  # one mask row per folded query: head group r, token i at r * T + i
+            additive = additive.repeat(1, 1, h // kv, 1)
         linear = self._linear
         for layer, (qkv_w, o_w, gate_up_w, down_w), cache in zip(self.layers, self.operands, caches):
             y = self._rms(x, layer.ln1, layer.eps1)
@@ -266,10 +268,14 @@ class FastStep:
             qk = self._rotate(qkv[:, : h + kv], cos, sin).view(b, t, h + kv, d).transpose(1, 2)  # [B, H + KV, T, d]
             v = qkv[:, h + kv :].view(b, t, kv, d).transpose(1, 2)
             keys, values = cache.update(qk[:, h:], v)  # [B, KV, width + T, d]
-            att = F.scaled_dot_product_attention(
-                qk[:, :h], keys, values, attn_mask=additive, scale=self.scaling, enable_gqa=kv != h
-            )  # [B, H, T, d]
-            x = x + linear(att.transpose(1, 2).reshape(b * t, h * d), o_w)
+            if t == 1:
+                att = F.scaled_dot_product_attention(
+                    qk[:, :h], keys, values, attn_mask=additive, scale=self.scaling, enable_gqa=kv != h
+                )  # [B, H, 1, d]
+            else:  # the query heads sharing a KV head folded into the query length: ~2x faster than enable_gqa
+                folded = qk[:, :h].reshape(b, kv, h // kv * t, d)
+                att = F.scaled_dot_product_attention(folded, keys, values, attn_mask=additive, scale=self.scaling)
+            x = x + linear(att.view(b, h, t, d).transpose(1, 2).reshape(b * t, h * d), o_w)
             y = self._rms(x, layer.ln2, layer.eps2)
             gate, up = linear(y, gate_up_w).chunk(2, dim=-1)
             x = x + linear(F.silu(gate) * up, down_w)
