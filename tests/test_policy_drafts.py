@@ -87,3 +87,19 @@ def test_kept_or_resampled_drafts_have_the_models_distribution(top_p):
     assert 2 not in tokens, "a rejected draft is never drawn right after"
     kept_logp = [lps[0] for kept, lps in verdicts if kept]
     assert kept_logp and all(lp == pytest.approx(float(torch.log_softmax(logits / 0.7, -1)[2])) for lp in kept_logp)
+
+
+def test_a_row_whose_drafts_are_rejected_stops_drafting_for_a_while(one_thread, monkeypatch):
+    """Drafts that never pay (always the same tokens, which a sampling model rejects) cost each
+    row a few verifying steps, then pauses of ``_DRAFT_PAUSE`` steps with one try between them."""
+    from coevolve.policy import decoder
+
+    monkeypatch.setattr(decoder, "draft", lambda ids, k: [3] * k)
+    policy = LocalPolicy(PolicyConfig(model="tiny", max_context_tokens=1024, draft_tokens=4))
+    policy.stop_ids = set()
+    prompts = [list(range(10, 10 + n)) for n in (30, 20, 40, 25)]
+    policy.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=60), [0, 1, 2, 3])
+    stats = policy.stats
+    assert stats.accepted <= 2 and stats.steps == 60
+    # per row: 4 drafting steps until the average falls under the bar, then one in every 9
+    assert 4 * 4 * 4 <= stats.drafted <= 4 * 4 * (4 + 6)
