@@ -103,3 +103,14 @@ def test_a_row_whose_drafts_are_rejected_stops_drafting_for_a_while(one_thread, 
     assert stats.accepted <= 2 and stats.steps == 60
     # per row: 4 drafting steps until the average falls under the bar, then one in every 9
     assert 4 * 4 * 4 <= stats.drafted <= 4 * 4 * (4 + 6)
+
+
+def test_a_draft_rejected_by_rounding_alone_is_still_drawn_when_it_held_all_the_mass():
+    """After top-p only the draft is left; a rejection there can only come from float rounding,
+    and the draw without it must not fall off the end of the vocabulary."""
+    sampling = SamplingParams(temperature=1.0, top_p=0.5)
+    logits = torch.tensor([[9.0, 0.0, 0.0, 0.0]])
+    tokens, _ = sample_next(logits, sampling, [torch.Generator().manual_seed(0)], exclude=[0])
+    assert tokens == [0]
+    tokens, _ = sample_next(logits, SamplingParams(temperature=1.0), [torch.Generator().manual_seed(0)], exclude=[0])
+    assert tokens[0] in (1, 2, 3)

@@ -73,7 +73,8 @@ def sample_next(
         tokens = scores.argmax(dim=-1)
     else:
         for j, tok in barred:
-            probs[j, tok] = 0.0
+            if float(probs[j].sum() - probs[j, tok]) > 0:  # else it held all the mass: rejected by rounding only
+                probs[j, tok] = 0.0
         cdf = probs.cumsum(dim=-1)
         u = torch.cat([torch.rand(1, generator=g) for g in generators]).to(cdf.device)[:, None] * cdf[:, -1:]
         # searchsorted finds the first index whose CDF exceeds u; zero-probability tokens never qualify.
@@ -272,27 +273,33 @@ class Decoder:
             keep = self._keep([j for j, _ in finished])
         if self.rows:
             fed = [[tokens[j]] + self._draft(row) for j, row in zip(keep, self.rows)]
-            logits = self._feed(fed)  # [B, T, V]
-            drafts = [f[1:] for f in fed]
-            verdicts = accept_drafts(logits[:, :-1], drafts, self.sampling, [row.generator for row in self.rows])
-            kept = torch.tensor([n for n, _ in verdicts])
-            for row, d, (n, lps) in zip(self.rows, drafts, verdicts):
-                row.generated += d[:n]
-                row.logprobs += lps
-                stats.drafted += len(d)
-                stats.accepted += n
-                if d:
-                    row.gain = 0.7 * row.gain + 0.3 * n
-                    if row.gain < _DRAFT_MIN_GAIN:  # not paying: a pause, then one step's gain decides
-                        row.pause, row.gain = _DRAFT_PAUSE, _DRAFT_MIN_GAIN
-            self.exclude = [d[n] if n < len(d) else None for d, (n, _) in zip(drafts, verdicts)]
-            # what each row fed beyond its kept drafts is masked out for good
-            t_fed = logits.shape[1]
-            self.valid[:, self.width - t_fed :] &= torch.arange(t_fed)[None] <= kept[:, None]
-            self.lengths = self.lengths + 1 + kept
-            self.logits = logits[torch.arange(len(self.rows)), kept]
+            self._verify(fed, self._feed(fed))
         stats.decode_s += time.perf_counter() - t
         return done
+
+    def _verify(self, fed: list[list[int]], logits: torch.Tensor) -> None:
+        """Keep what each row's drafts earned (``accept_drafts`` on ``logits`` [B, T, V], after
+        feeding ``fed``: the sampled token, then the drafts): the kept drafts join the answer,
+        the columns past them are masked for good, and the next token comes from the logits
+        after the last kept one (without the rejected draft)."""
+        stats = self.policy.stats
+        drafts = [f[1:] for f in fed]
+        verdicts = accept_drafts(logits[:, :-1], drafts, self.sampling, [row.generator for row in self.rows])
+        for row, d, (n, logprobs) in zip(self.rows, drafts, verdicts):
+            row.generated += d[:n]
+            row.logprobs += logprobs
+            stats.drafted += len(d)
+            stats.accepted += n
+            if d:
+                row.gain = 0.7 * row.gain + 0.3 * n
+                if row.gain < _DRAFT_MIN_GAIN:  # not paying: a pause, then one step's gain decides
+                    row.pause, row.gain = _DRAFT_PAUSE, _DRAFT_MIN_GAIN
+        self.exclude = [d[n] if n < len(d) else None for d, (n, _) in zip(drafts, verdicts)]
+        kept = torch.tensor([n for n, _ in verdicts])
+        t_fed = logits.shape[1]
+        self.valid[:, self.width - t_fed :] &= torch.arange(t_fed)[None] <= kept[:, None]
+        self.lengths = self.lengths + 1 + kept
+        self.logits = logits[torch.arange(len(self.rows)), kept]
 
     def _draft(self, row: Row) -> list[int]:
         """Prompt-lookup drafts for ``row`` (none past its budget, none from a stop token on)."""
