@@ -67,6 +67,18 @@ def s3_bucket(s3_endpoint, request):
     return name
 
 
+@pytest.fixture
+def one_thread():
+    """One torch intra-op thread for the test: tiny models gain nothing from more, and on a busy
+    2-core machine OpenMP threads spinning on each other's barriers make them many times slower."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(scope="session")
 def prefect_harness():
     """Prefect's own test harness: a temporary API and database for the session."""

@@ -15,14 +15,6 @@ from coevolve.policy.decoder import accept_drafts, draft, sample_next
 from coevolve.policy.local import LocalPolicy
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 def test_draft_is_what_followed_the_latest_earlier_occurrence_of_the_last_tokens():
     assert draft([1, 2, 3, 9, 9, 1, 2, 3, 7, 1, 2, 3], 4) == [7, 1, 2, 3]  # the latest "1 2 3", not the first
     assert draft([5, 1, 2, 8, 6, 2], 3) == [8, 6, 2]  # no earlier "8 6 2" nor "6 2": the last token alone

@@ -6,21 +6,12 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 import torch
 
 from coevolve.config import PolicyConfig
 from coevolve.policy.base import SamplingParams
 from coevolve.policy.fast_step import FastStep
 from coevolve.policy.local import LocalPolicy
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def _hf_greedy(model: torch.nn.Module, prompts: list[list[int]], n: int, pad: int) -> list[list[int]]:

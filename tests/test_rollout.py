@@ -248,18 +248,6 @@ def test_context_limit_ends_the_episode():
     assert r.finish_reason == "context_limit" and r.steps[-1]["finish_reason"] == "context_limit"
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine OpenMP
-    threads that spin on each other's barriers make them 10-100x slower."""
-    import torch
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 @pytest.fixture(scope="module")
 def tiny_cfg():
     return PolicyConfig(model="tiny", max_context_tokens=1024)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-import torch
 
 from coevolve.config import load_config
 from coevolve.envs.base import EpisodeScore, Observation, ToolCall
@@ -113,16 +111,6 @@ def _config(tmp_path, **train):
             **{f"train.{k}": v for k, v in train.items()},
         },
     )
-
-
-@pytest.fixture
-def one_thread():
-    # Two intra-op threads on a 2-core machine that runs anything else are several times
-    # slower than one (spinning OpenMP workers); one thread keeps the test's time predictable.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempotently(tmp_path, one_thread):
