@@ -102,7 +102,7 @@ def bench(
         f"tokens: generated; prefill/decode: seconds computing prompts / sampling tokens (the rest "
         f"is rendering, parsing, the environment); batch: mean rows per decoding step. "
         f"Batched: {st.prefill_tokens} prompt tokens computed, the rest found in the prefix cache; "
-        f"{st.steps} decoding steps."
+        f"{st.steps} decoding steps, {st.accepted} of {st.drafted} drafted tokens kept."
     )
     again, _, _ = measure(batch_size)
     same = [[m["content"] for m in r.messages] for r in again] == [

@@ -146,8 +146,9 @@ def eval_command(
     if stats is not None and stats.steps:
         console.print(
             f"generation: {stats.prefill_tokens} prompt tokens computed in {stats.prefill_s:.1f}s; "
-            f"{stats.row_steps} tokens in {stats.steps} decoding steps (mean batch "
-            f"{stats.row_steps / stats.steps:.1f}) in {stats.decode_s:.1f}s"
+            f"{stats.row_steps + stats.accepted} tokens in {stats.steps} decoding steps (mean batch "
+            f"{stats.row_steps / stats.steps:.1f}; {stats.accepted} of {stats.drafted} drafted tokens kept) "
+            f"in {stats.decode_s:.1f}s"
         )
     if out is not None:
         console.print(
