@@ -13,13 +13,14 @@ Generation is a hand-written loop over ``model.forward`` (not ``generate``) so t
   (``coevolve.policy.prefix_cache``): the system message with the tool block is shared by all
   samples and steps of a task, and an episode's next prompt extends its previous prompt and answer,
   whose generated token ids are reused as they are rather than re-tokenized (``render``);
-  only the new tokens are computed, one prompt at a time, so a long uncached prompt never
-  pads the others;
+  only the new tokens are computed, those of the prompts that join together in one pass over
+  the weights (``FastStep.prefill``; one prompt at a time through ``forward`` otherwise), unpadded;
 - decode all rows together, left-padded, in a KV cache that appends in place and reads
   grouped KV heads without copying them (``coevolve.policy.kv_cache``), through a lean
   decoding step for Llama-family models (``coevolve.policy.fast_step``: fused projections,
   about 20 operations per layer instead of transformers' ~60; ``fast_decode=False`` or another
-  architecture steps through the model's own ``forward``);
+  architecture steps through the model's own ``forward``), which also verifies tokens drafted
+  by prompt lookup (``policy.draft_tokens``; ``coevolve.policy.decoder``);
 - generate in half precision where that is fast (``policy.dtype``: bfloat16 on GPUs and on
   CPUs with native bfloat16, for models of 50M+ parameters) from a copy of the float32
   weights the trainer updates; on a 2-core CPU it makes a SmolLM2 decoding step at batch 8
