@@ -170,6 +170,11 @@ class FastStep:
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
         return weight * h.to(x.dtype)
 
+    def _mlp(self, x: torch.Tensor, layer: _Layer, gate_up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
+        """The layer's SiLU-gated MLP on its post-attention norm of ``x`` (the residual is the caller's)."""
+        gate, up = self._linear(self._rms(x, layer.ln2, layer.eps2), gate_up_w).chunk(2, dim=-1)
+        return self._linear(F.silu(gate) * up, down_w)
+
     def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [N, 1, d] of the rotary embedding at ``positions`` [N], in ``dtype``."""
         freqs = positions[:, None].float() * self.inv_freq[None]
@@ -233,9 +238,7 @@ class FastStep:
                 atts.append(att[0].transpose(0, 1).reshape(n, h * d))
                 offset += n
             x = x + linear(torch.cat(atts), o_w)
-            y = self._rms(x, layer.ln2, layer.eps2)
-            gate, up = linear(y, gate_up_w).chunk(2, dim=-1)
-            x = x + linear(F.silu(gate) * up, down_w)
+            x = x + self._mlp(x, layer, gate_up_w, down_w)
         last = torch.tensor(lens, device=dev).cumsum(0) - 1
         x = self._rms(x[last], self.norm, self.norm_eps)
         return out, linear(x, self.lm_operand)
@@ -276,8 +279,6 @@ class FastStep:
                 folded = qk[:, :h].reshape(b, kv, h // kv * t, d)
                 att = F.scaled_dot_product_attention(folded, keys, values, attn_mask=additive, scale=self.scaling)
             x = x + linear(att.view(b, h, t, d).transpose(1, 2).reshape(b * t, h * d), o_w)
-            y = self._rms(x, layer.ln2, layer.eps2)
-            gate, up = linear(y, gate_up_w).chunk(2, dim=-1)
-            x = x + linear(F.silu(gate) * up, down_w)
+            x = x + self._mlp(x, layer, gate_up_w, down_w)
         x = self._rms(x, self.norm, self.norm_eps)
         return linear(x, self.lm_operand).view(b, t, -1)

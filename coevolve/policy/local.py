@@ -54,7 +54,7 @@ from coevolve.policy.decoder import Decoder, DecodeStats, Row
 from coevolve.policy.fast_step import FastStep
 from coevolve.policy.kv_cache import growing_cache
 from coevolve.policy.models import resolve_model
-from coevolve.policy.prefix_cache import PrefixCache
+from coevolve.policy.prefix_cache import PrefixCache, common_length
 from coevolve.policy.prompts import Prompt, encode_with_answers, render_prompt
 
 # Generated answers whose token ids are kept for re-rendering conversations.
@@ -73,20 +73,11 @@ def _shared_prefixes(prompts: list[list[int]], cache: PrefixCache) -> list[list[
     ordered = sorted(prompts)
     shared: dict[tuple[int, ...], list[int]] = {}
     for i, ids in enumerate(ordered):
-        common = max((_common_length(ids, ordered[j]) for j in (i - 1, i + 1) if 0 <= j < len(ordered)), default=0)
+        common = max((common_length(ids, ordered[j]) for j in (i - 1, i + 1) if 0 <= j < len(ordered)), default=0)
         common = min(common, len(ids) - 1)
         if common >= cache.longest(ids)[0] + _SHARED_PREFIX_GAIN:
             shared.setdefault(tuple(ids[:common]), ids[:common])
     return list(shared.values())
-
-
-def _common_length(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _cpu_has_native_bf16() -> bool:

@@ -17,6 +17,16 @@ import torch
 _MIN_PREFIX = 16
 
 
+def common_length(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class PrefixCache:
     """LRU store of per-layer (key, value) tensors [1, heads, len, dim] of token sequences, capped in tokens.
 

@@ -38,6 +38,7 @@ from typing import Any, Callable, cast
 
 import torch
 
+from coevolve.policy.prefix_cache import common_length
 from coevolve.train.sequences import TokenSequence
 
 
@@ -199,14 +200,6 @@ class Chunk:
     members: list[int]
 
 
-def _common(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def _context_head(seq: TokenSequence) -> int:
     """How many leading tokens are pure context: a shared prefix may take at most the tokens
     before the one that precedes the first sampled token (that one's hidden state predicts it)."""
@@ -249,7 +242,7 @@ def plan(
         head = _context_head(seqs[i])
         if groups:
             length, members = groups[-1]
-            shared = min(length, head, _common(seqs[members[-1]].ids, seqs[i].ids))
+            shared = min(length, head, common_length(seqs[members[-1]].ids, seqs[i].ids))
             if shared >= min_prefix and (len(members) - 1) * (length - shared) <= shared:
                 groups[-1] = (shared, members + [i])
                 continue
