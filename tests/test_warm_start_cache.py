@@ -24,13 +24,14 @@ def pool(tmp_path_factory):
     return pool_tasks(store, "train")
 
 
-def _warm(cfg, tasks):
+def _warm(cfg, tasks, progress=None):
     from coevolve.policy import load_policy
     from coevolve.train.local import _warm_start
 
     policy = load_policy(cfg.policy)
     env = resolve("environment", cfg.env.name)()
-    _warm_start(policy, policy.model, env, tasks, cfg, seed=7)
+    on_step = (lambda step, steps, loss: progress.append((step, steps, loss))) if progress is not None else None
+    _warm_start(policy, policy.model, env, tasks, cfg, seed=7, on_step=on_step)
     return {n: p.detach().clone() for n, p in policy.model.named_parameters()}
 
 
@@ -44,15 +45,20 @@ def test_warm_start_is_computed_once_then_loaded(pool, tmp_path, monkeypatch):
     monkeypatch.setattr(sft, "run_sft", lambda *a, **kw: calls.append(kw["steps"]) or real(*a, **kw))
     cfg = load_config(TINY, {"train.sft_steps": 4})
 
-    first = _warm(cfg, pool)
+    progress: list = []
+    first = _warm(cfg, pool, progress)
     assert calls == [4] and len(list((tmp_path / "warm-start").glob("*.safetensors"))) == 1
+    # each computed step is reported (the CLI's live status), with its loss
+    assert [(s, n) for s, n, _ in progress] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert all(loss > 0 and loss == loss for _, _, loss in progress)
     from coevolve.policy import load_policy
 
     base = {n: p for n, p in load_policy(cfg.policy).model.named_parameters()}
     assert any(not torch.equal(first[n], base[n]) for n in base)  # the warm start trained something
 
-    again = _warm(cfg, pool)  # a fresh policy: loaded from the cache, not retrained
+    again = _warm(cfg, pool, progress)  # a fresh policy: loaded from the cache, not retrained
     assert calls == [4] and all(torch.equal(again[n], first[n]) for n in first)
+    assert len(progress) == 4  # nothing computed, nothing reported
 
     _warm(load_config(TINY, {"train.sft_steps": 5}), pool)  # other settings: another warm start
     _warm(cfg, pool[:-1])  # other examples: another warm start

@@ -50,7 +50,10 @@ def local_trainer(store, cfg, run_id, round_no, policy_in, tasks) -> TrainResult
         note = f"GRPO steps; reward {s.mean_reward:.3g}, loss {s.loss:.3g}, {s.seconds:.0f}s"
         report_progress(round_no, "train", s.step, cfg.train.steps, note)
 
-    return train_local(store, cfg, run_id, round_no, policy_in, tasks, on_step=on_step)
+    def on_sft_step(step: int, steps: int, loss: float) -> None:
+        report_progress(round_no, "train", step, steps, f"SFT warm start steps; loss {loss:.3g}")
+
+    return train_local(store, cfg, run_id, round_no, policy_in, tasks, on_step=on_step, on_sft_step=on_sft_step)
 
 
 @register("trainer", "verl")

@@ -318,10 +318,13 @@ def train_local(
     tasks: list[Task],
     *,
     on_step: Callable[[StepStats], None] | None = None,
+    on_sft_step: Callable[[int, int, float], None] | None = None,
 ) -> TrainResult:
     """Train ``policy_in`` on ``tasks`` for one round (see the module docstring).
 
-    ``on_step`` receives each GRPO step's ``StepStats`` (progress display, benchmarks).
+    ``on_step`` receives each GRPO step's ``StepStats`` (progress display, benchmarks);
+    ``on_sft_step(step, steps, loss)`` each step of a warm start computed here (not one read
+    from the cache).
     """
     if not tasks:
         raise ValueError("train_local: no training tasks in the pool")
@@ -336,7 +339,7 @@ def train_local(
     threads_before = torch.get_num_threads()
     torch.set_num_threads(t.threads or usable_cores())
     try:
-        return _train(store, cfg, run_id, round_no, policy_in, tasks, seed, on_step)
+        return _train(store, cfg, run_id, round_no, policy_in, tasks, seed, on_step, on_sft_step)
     finally:
         torch.set_num_threads(threads_before)
 
@@ -350,6 +353,7 @@ def _train(
     tasks: list[Task],
     seed: int,
     on_step: Callable[[StepStats], None] | None,
+    on_sft_step: Callable[[int, int, float], None] | None = None,
 ) -> TrainResult:
     from coevolve.policy import load_policy
 
@@ -365,7 +369,7 @@ def _train(
     # a warm start: only when this round starts from the base model, not from a trained checkpoint
     with splits.part("sft"):
         if t.sft_steps > 0 and policy_in == cfg.policy.model:
-            _warm_start(policy, model, env, tasks, cfg, seed)
+            _warm_start(policy, model, env, tasks, cfg, seed, on_sft_step)
 
     trainer = GrpoTrainer(policy, env, cfg, model, ref_model)
     rewards: list[float] = []
@@ -420,7 +424,13 @@ def _train(
 
 
 def _warm_start(
-    policy: "LocalPolicy", model: torch.nn.Module, env: Any, tasks: list[Task], cfg: Any, seed: int
+    policy: "LocalPolicy",
+    model: torch.nn.Module,
+    env: Any,
+    tasks: list[Task],
+    cfg: Any,
+    seed: int,
+    on_step: Callable[[int, int, float], None] | None = None,
 ) -> None:
     """SFT on the reference trajectories of ``tasks`` (``coevolve.train.sft``), in place; or its
     result from the machine's cache (``coevolve.train.warm_start_cache``) when it was computed before."""
@@ -459,6 +469,7 @@ def _warm_start(
         seed=seed,
         share_prefix=t.share_prefix,
         dtype=dtype,
+        on_step=(lambda step, loss: on_step(step, t.sft_steps, loss)) if on_step else None,
     )
     if t.warm_start_cache:
         warm_start_cache.save(model, key)

@@ -19,7 +19,7 @@ negative log-likelihood of the assistant tokens only (``sequences.encode_chat`` 
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -80,12 +80,14 @@ def run_sft(
     micro_batch_size: int | None = None,
     share_prefix: bool = True,
     dtype: torch.dtype = torch.float32,
+    on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """``steps`` optimizer steps of masked NLL on ``examples`` (``(ids, mask)`` pairs from
     ``encode_chat``, cycled in a seeded shuffle, ``batch_size`` per step; examples of a batch that
     share their prompt's head have it computed once (``share_prefix``), others are scored
     ``micro_batch_size`` at a time, gradients accumulated), computing in ``dtype`` over float32
-    weights (``scoring.compute_precision``). Returns each step's loss."""
+    weights (``scoring.compute_precision``). ``on_step(step, loss)`` is called after each optimizer
+    step (1-based; progress display). Returns each step's loss."""
     examples = [e for e in examples if sum(e[1]) > 0]
     if steps <= 0 or not examples:
         return []
@@ -123,5 +125,7 @@ def run_sft(
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         losses.append(total)
+        if on_step:
+            on_step(len(losses), total)
     model.eval()
     return losses
