@@ -77,7 +77,7 @@ def _history(turns: int, obs: str = "ok") -> list[dict]:
 def test_budget_truncates_observations_then_drops_oldest_turns():
     counter = TokenCounter.estimate()
     msgs = _history(6, obs="x" * 3000)
-    fitted, fits = fit_budget(msgs, [MV], tool_format="compact", budget=400, counter=counter)
+    fitted, fits = fit_budget(msgs, [MV], tool_format="compact", budget=450, counter=counter)
     assert fits
     assert fitted[0] == msgs[0], "the system message is kept"
     user = [m for m in fitted if m["role"] == "user"]
@@ -144,7 +144,7 @@ def test_past_the_budget_messages_go_in_blocks_so_prompts_keep_extending(tokeniz
                 conv,
                 [MV],
                 tool_format="compact",
-                budget=400,
+                budget=800,
                 counter=TokenCounter.for_tokenizer(tokenizer),
                 drop_block=block,
             )
@@ -156,4 +156,26 @@ def test_past_the_budget_messages_go_in_blocks_so_prompts_keep_extending(tokeniz
         extends[block] = (hits, misses)
     assert extends[1][0] == 0 and extends[1][1] > 20, extends  # every message pushed out one more
     hits, misses = extends[None]
-    assert hits >= 2 * misses and misses >= 2, extends  # blocks of 100 tokens, steps of ~25: a new cut every ~4
+    assert hits >= 2 * misses and misses >= 2, extends  # blocks of 200 tokens, steps of ~37: a new cut every ~5
+
+
+def test_a_long_turn_of_calls_keeps_the_system_message(tokenizer):
+    """A turn of many short calls and errors (what a weak policy does until the step limit) fits
+    by dropping its oldest steps: the prompt is never cut from the left, so it always opens with
+    the system message, and each prompt extends the one before it except where a block of old
+    steps goes (the estimate counts the wire's tool-response wrappers)."""
+    conv = [{"role": "user", "content": "Please move the report into the temp folder."}]
+    prev, extended, dropped = None, 0, 0
+    for i in range(40):
+        call = f'<tool_call>{{"name": "mv", "arguments": {{"source": "r{i}.txt"}}}}</tool_call>'
+        conv += [
+            {"role": "assistant", "content": call},
+            {"role": "tool", "content": "Error during execution: mv() missing 1 required positional argument"},
+        ]
+        p = render_prompt(conv, [MV], tokenizer, tool_format="compact", max_context_tokens=1024, max_new_tokens=64)
+        assert not p.context_limit, i
+        assert len(p.ids) <= 1024 - 64 and p.text.startswith("<|im_start|>system\n" + SYSTEM_PROMPT)
+        if prev is not None:
+            extended, dropped = (extended + 1, dropped) if p.ids[: len(prev)] == prev else (extended, dropped + 1)
+        prev = p.ids
+    assert dropped >= 2 and extended >= 2 * dropped, (extended, dropped)

@@ -57,6 +57,8 @@ _CALL_HINT = (
 
 # Per-message framing tokens of ChatML (<|im_start|>role\n ... <|im_end|>\n), for estimates.
 _MESSAGE_OVERHEAD = 5
+# Room kept for the "[N earlier messages omitted]" note when messages are dropped.
+_NOTE_TOKENS = 16
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
@@ -152,6 +154,10 @@ def to_wire(messages: list[Message], tools: list[dict[str, Any]], tool_format: s
 
 
 # --------------------------------------------------------------------------- token budget
+# How often render_prompt fits a conversation again when its rendering came out over the estimate.
+_REFITS = 3
+
+
 @dataclass
 class TokenCounter:
     """How a backend counts and cuts text: exact with a tokenizer, estimated without one."""
@@ -186,6 +192,16 @@ def _truncate_observation(msg: Message, limit: int, counter: TokenCounter) -> Me
     return {**msg, "content": counter.cut(content, limit) + f"\n[... truncated {n - limit} tokens]"}
 
 
+def _wire_size(msg: Message, counter: TokenCounter) -> int:
+    """Tokens ``msg`` takes in the rendered prompt: its content with ChatML framing, a tool
+    result inside the ``<tool_response>`` wrapper ``to_wire`` puts around it (a run of results
+    shares one framed message, so this errs on the long side)."""
+    content = msg.get("content") or ""
+    if msg["role"] == "tool":
+        content = f"<tool_response>\n{content}\n</tool_response>"
+    return counter.count(content) + _MESSAGE_OVERHEAD
+
+
 def _turn_starts(messages: list[Message]) -> list[int]:
     return [i for i, m in enumerate(messages) if m["role"] == "user"]
 
@@ -213,12 +229,13 @@ def fit_budget(
     system = [m for m in msgs[:1] if m["role"] == "system"]
     body = msgs[len(system) :]
     fixed = counter.count(system_message(system, tools, tool_format)["content"]) + _MESSAGE_OVERHEAD + 3
-    sizes = [counter.count(m.get("content") or "") + _MESSAGE_OVERHEAD for m in body]
+    sizes = [_wire_size(m, counter) for m in body]
     total = fixed + sum(sizes)
     if total <= budget:
         return msgs, True
     block = max(1, drop_block or budget // 4)
-    target = total - -(-(total - budget) // block) * block  # the overflow, rounded up to whole blocks
+    # the overflow, rounded up to whole blocks, and room for the note that says what went
+    target = total - -(-(total - budget) // block) * block - _NOTE_TOKENS
 
     starts = _turn_starts(body)
     current = starts[-1] if starts else 0
@@ -279,18 +296,26 @@ def render_prompt(
     """
     budget = max(16, max_context_tokens - max_new_tokens)
     counter = TokenCounter.for_tokenizer(tokenizer)
-    msgs, _ = fit_budget(
-        messages,
-        tools,
-        tool_format=tool_format,
-        budget=budget,
-        counter=counter,
-        max_observation_tokens=max_observation_tokens,
-    )
-    wire = to_wire(msgs, tools, tool_format)
-    text = tokenizer.apply_chat_template(wire, tokenize=False, add_generation_prompt=True)
-    answers = [m.get("content") or "" for m in msgs if m["role"] == "assistant"] if assistant_ids else []
-    ids = encode_with_answers(text, tokenizer, [(a, assistant_ids[a]) for a in answers if a in assistant_ids])
+    target = budget
+    for _ in range(_REFITS):
+        msgs, _ = fit_budget(
+            messages,
+            tools,
+            tool_format=tool_format,
+            budget=target,
+            counter=counter,
+            max_observation_tokens=max_observation_tokens or max(32, budget // 4),
+            drop_block=max(1, budget // 4),
+        )
+        wire = to_wire(msgs, tools, tool_format)
+        text = tokenizer.apply_chat_template(wire, tokenize=False, add_generation_prompt=True)
+        answers = [m.get("content") or "" for m in msgs if m["role"] == "assistant"] if assistant_ids else []
+        ids = encode_with_answers(text, tokenizer, [(a, assistant_ids[a]) for a in answers if a in assistant_ids])
+        if len(ids) <= budget:
+            break
+        # the estimate fell short (tokens merge differently across message boundaries): fit again
+        # to a budget smaller by the excess, in the same blocks, rather than cut the prompt's head
+        target -= len(ids) - budget
     context_limit = len(ids) > budget
     if context_limit:
         ids = ids[-budget:]
