@@ -115,6 +115,28 @@ def test_half_precision_projections_are_prepacked_where_the_cpu_has_bf16(one_thr
     assert packed.generate(prompts, sampling, [1, 2, 3]) == plain.generate(prompts, sampling, [1, 2, 3])
 
 
+def test_float32_projections_are_prepacked_and_give_the_same_numbers_up_to_rounding(one_thread, monkeypatch):
+    """In float32 (what an AVX2 box generates in) the step multiplies by oneDNN-prepacked weights
+    wherever the kernel is present: the same greedy tokens as the plain step, log-probs equal up
+    to float32 rounding (oneDNN adds in another order than MKL)."""
+    from coevolve.policy import fast_step
+
+    cfg = PolicyConfig(model="tiny", max_context_tokens=1024, dtype="float32")
+    prompts = [list(range(40, 40 + n)) for n in (30, 7, 19)]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
+    packed = LocalPolicy(cfg)
+    assert packed.fast_step is not None and packed.fast_step.packed == torch.backends.mkldnn.is_available()
+    if packed.fast_step.packed:
+        assert packed.fast_step.operands[0][2].is_mkldnn and packed.fast_step.lm_operand.is_mkldnn
+    monkeypatch.setattr(fast_step, "_packed_linear", lambda weight: False)
+    plain = LocalPolicy(cfg)
+    assert plain.fast_step is not None and not plain.fast_step.packed
+    assert packed.generate(prompts, greedy, [1, 2, 3]) == plain.generate(prompts, greedy, [1, 2, 3])
+    with torch.inference_mode():
+        (_, a), (_, b) = (p.fast_step.prefill([(ids, None) for ids in prompts]) for p in (packed, plain))
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
 def test_batched_prefill_gives_the_models_own_kv_and_logits(one_thread):
     """Prompts prefilled together (``FastStep.prefill`` through ``_prefill_many``: one with a
     cached prefix, two sharing an uncached one, a duplicate, one too short to cache) get the KV

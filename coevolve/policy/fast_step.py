@@ -14,16 +14,20 @@ computation in about 20 operations per layer:
   made views of those, so fusing adds no memory where the runner is a copy);
 - the rotary embedding is computed once per step for all layers, and applied to queries and keys
   together;
-- attention is ``scaled_dot_product_attention`` with ``enable_gqa`` (one query per head, the
-  grouped KV cache read in place: about 1.5x faster on a CPU than folding the heads that share a
-  KV head into the query length), under one additive mask [B, 1, 1, L] made once per step;
+- attention reads the grouped KV cache in place under one additive mask made once per step:
+  in float32 two matmuls over the query heads folded by KV head (sdpa's flash kernel is slower
+  for one query a row), in half precision ``scaled_dot_product_attention`` (``_attend``);
 - the new key and value columns are written straight into the cache buffers;
-- in bfloat16 on a CPU with native bf16 (AVX512-BF16 or AMX), the projection weights are
-  reordered once into oneDNN's blocked layout (``torch.ops.mkldnn._reorder_linear_weight``): a
-  small-batch matmul then streams its weights at close to the memory's bandwidth, about 1.7x
-  faster than ``F.linear`` on the plain layout, with bit-identical results (checked when the
-  step is built; any difference, or a CPU without the kernel, keeps ``F.linear``). The packed
-  copies cost one more copy of the weights (SmolLM2: 270 MB) while the step lives.
+- on a CPU, the projection and output-head weights are reordered once into oneDNN's blocked
+  layout (``torch.ops.mkldnn._reorder_linear_weight``): a small-batch matmul then streams its
+  weights at close to the memory's bandwidth. In bfloat16 on a CPU with native bf16 (AVX512-BF16
+  or AMX) that is about 1.7x faster than ``F.linear`` on the plain layout, with bit-identical
+  results; in float32 (an AVX2 CPU's precision) 1.2-2.3x at batch 16 (the output head most),
+  with the same numbers up to float32 rounding (oneDNN sums in another order than MKL). Either
+  way a row's result does not depend on the other rows of the batch, which MKL's ``F.linear``
+  does not promise. Checked when the step is built; a difference beyond rounding, bfloat16
+  without native bf16, or a build without the kernel keeps ``F.linear``. The packed copies cost
+  one more copy of the weights while the step lives (SmolLM2: 270 MB in bfloat16).
 
 The arithmetic is transformers' own, operation for operation in the same dtype (RMSNorm in
 float32, the rotary embedding in the model's dtype), so greedy tokens are the ones
@@ -72,15 +76,22 @@ def _packed_mm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 
 def _packed_linear(sample: torch.Tensor) -> bool:
     """Whether oneDNN's prepacked linear can stand in for ``F.linear`` on weights like ``sample``
-    [N, K]: bfloat16 on a CPU, the kernel present, and the same bits on a probe batch."""
-    if sample.dtype != torch.bfloat16 or sample.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+    [N, K]: bfloat16 or float32 on a CPU, the kernel present, and on a probe batch the same bits
+    (bfloat16) or the same numbers up to float32 rounding (float32: oneDNN sums in another order
+    than MKL's ``F.linear``)."""
+    if sample.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    if sample.dtype not in (torch.bfloat16, torch.float32):
         return False
     try:
         probe = torch.randn(3, sample.shape[1], generator=torch.Generator().manual_seed(0)).to(sample.dtype)
         got = _packed_mm(probe, _pack(sample))
-    except (RuntimeError, AttributeError):  # no native bf16 (AVX2), or a build without the op
+    except (RuntimeError, AttributeError):  # bfloat16 without native bf16 (AVX2), or a build without the op
         return False
-    return torch.equal(got, F.linear(probe, sample))
+    want = F.linear(probe, sample)
+    if sample.dtype == torch.bfloat16:
+        return torch.equal(got, want)
+    return bool(torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max())))
 
 
 def _fuse(linears: list[torch.nn.Linear], share: bool) -> torch.Tensor:
@@ -185,6 +196,32 @@ class FastStep:
         half = self.head_dim // 2
         return qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
 
+    def _attend(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, additive: torch.Tensor
+    ) -> torch.Tensor:
+        """Attention of a decoding step's queries ``q`` [B, H, T, d] over the cache's ``keys`` and
+        ``values`` [B, KV, L, d] under ``additive`` [B, 1, H/KV T | 1, L]; [B, KV, H/KV T, d] (the
+        query heads that share a KV head folded into the query length, head group r, token i
+        at r T + i).
+
+        In float32, two matmuls and a softmax: they stream the cache at close to the memory's
+        bandwidth, where sdpa's flash kernel, built for blocks of queries, takes about 1.7x as
+        long for one query a row (AVX2, SmolLM2, batch 16, 1,100 columns: 2.6 vs 1.5 ms a
+        layer). In half precision, sdpa: one query a head with ``enable_gqa`` (grouped KV read in
+        place, ~1.5x faster than folding on a CPU with native bf16), drafts folded (~2x faster
+        than ``enable_gqa`` there)."""
+        b, h, t, d = q.shape
+        kv = keys.shape[1]
+        folded = q.reshape(b, kv, h // kv * t, d)
+        if q.dtype == torch.float32:
+            scores = torch.matmul(folded, keys.transpose(-1, -2)).mul_(self.scaling).add_(additive)
+            return torch.matmul(torch.softmax(scores, dim=-1), values)
+        if t == 1:
+            return F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=additive, scale=self.scaling, enable_gqa=kv != h
+            )  # [B, H, 1, d], the same memory as [B, KV, H/KV, d]
+        return F.scaled_dot_product_attention(folded, keys, values, attn_mask=additive, scale=self.scaling)
+
     def prefill(
         self, chunks: list[tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]] | None]]
     ) -> tuple[list[list[tuple[torch.Tensor, torch.Tensor]]], torch.Tensor]:
@@ -271,13 +308,7 @@ class FastStep:
             qk = self._rotate(qkv[:, : h + kv], cos, sin).view(b, t, h + kv, d).transpose(1, 2)  # [B, H + KV, T, d]
             v = qkv[:, h + kv :].view(b, t, kv, d).transpose(1, 2)
             keys, values = cache.update(qk[:, h:], v)  # [B, KV, width + T, d]
-            if t == 1:
-                att = F.scaled_dot_product_attention(
-                    qk[:, :h], keys, values, attn_mask=additive, scale=self.scaling, enable_gqa=kv != h
-                )  # [B, H, 1, d]
-            else:  # the query heads sharing a KV head folded into the query length: ~2x faster than enable_gqa
-                folded = qk[:, :h].reshape(b, kv, h // kv * t, d)
-                att = F.scaled_dot_product_attention(folded, keys, values, attn_mask=additive, scale=self.scaling)
+            att = self._attend(qk[:, :h], keys, values, additive)
             x = x + linear(att.view(b, h, t, d).transpose(1, 2).reshape(b * t, h * d), o_w)
             x = x + self._mlp(x, layer, gate_up_w, down_w)
         x = self._rms(x, self.norm, self.norm_eps)
