@@ -31,6 +31,13 @@ Token budget rule (``fit_budget``), applied in this order until the prompt fits
 4. if the system message and the current user message alone still do not fit, the
    caller cuts the prompt from the left and reports ``finish_reason="context_limit"``.
 
+The sizes are counted as the messages render (a tool result inside its ``<tool_response>``
+wrapper, room for the omitted-messages note); ``render_prompt`` checks the rendered ids and,
+where tokens merged across message boundaries still make them too long, fits again to a budget
+smaller by the excess, so that a conversation is never cut from the left while dropping old
+messages can make it fit (a cut prompt loses its system message, and every later prompt of
+the episode would be computed whole).
+
 The system message and the current turn's user message are never dropped.
 """
 
