@@ -19,7 +19,9 @@ Writing a part (``write``): the Parquet bytes go to a new file (locally: a tempo
 fsynced, renamed, the directory fsynced; on S3 one PUT), then the partition's manifest records
 it by compare-and-swap, then the part's previous file, if any, is deleted. Part names are
 deterministic, so a rerun replaces a part instead of duplicating it. A crash before the manifest
-update leaves a stray file no manifest lists; after it, the new file is the part. Stage markers
+update leaves a stray file no manifest lists; after it, the new file is the part. A manifest also
+lists the files it recently stopped recording (``retired``), so a retried swap whose first try
+landed unanswered never records again a file a later writer has replaced and deleted. Stage markers
 (``mark_stage``) are JSON documents written (and fsynced) after the stage's data, so a durable
 marker always sits beside durable, recorded parts.
 
@@ -70,6 +72,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "_manifest.json"  # per table and round: the recorded parts
 FORMAT_KEY = "tables/_manifests.json"  # present once a store records its parts
+RETIRED_KEPT = 256  # files a manifest remembers as unrecorded (a lost answer's retry window)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -212,13 +215,19 @@ class Store(PoolCommits):
         self._put_file(f"{directory}/{name}", body)
         entry = {"file": name, "size": len(body), "sha256": hashlib.sha256(body).hexdigest(), "rows": data.num_rows}
 
-        def record(parts: dict[str, Any]) -> bool:
+        replaced: list[dict] = []
+
+        def record(parts: dict[str, Any], retired: frozenset[str]) -> bool:
+            # A retried compare-and-swap whose first try landed (its answer lost) finds this file
+            # recorded, or already replaced by a later writer (who may have deleted it): done.
+            if name in retired or parts.get(part, {}).get("file") == name:
+                return False
+            replaced[:] = [parts[part]] if part in parts else []
             parts[part] = entry
             return True
 
-        before = self._update_manifest(table, round_no, record)
-        previous = before.get(part)
-        if previous and previous["file"] != name:
+        self._update_manifest(table, round_no, record)
+        for previous in replaced:
             self._delete_quietly(f"{directory}/{previous['file']}")
         return data.num_rows
 
@@ -236,7 +245,7 @@ class Store(PoolCommits):
         self._adopt_older_parts()
         directory = self._partition(table, round_no)
 
-        def drop(parts: dict[str, Any]) -> bool:
+        def drop(parts: dict[str, Any], retired: frozenset[str]) -> bool:
             gone = [k for k in parts if k.startswith(prefix)]
             for k in gone:
                 del parts[k]
@@ -422,23 +431,31 @@ class Store(PoolCommits):
         doc = self.get_json(f"tables/{table}/round={int(round_no)}/{MANIFEST}")
         return doc[0] if doc else None
 
-    def _update_manifest(self, table: str, round_no: int, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-        """Apply ``change`` to the parts of ``table``/``round``'s manifest by compare-and-swap
-        (retried while other writers move it); returns the parts as they were before."""
+    def _update_manifest(
+        self, table: str, round_no: int, change: Callable[[dict[str, Any], frozenset[str]], bool]
+    ) -> None:
+        """Apply ``change`` to the parts of ``table``/``round``'s manifest by compare-and-swap,
+        retried while other writers move it. ``change`` also gets the files recently unrecorded
+        (the manifest's ``retired`` list): a conditional PUT that landed but whose answer was lost
+        is retried by the client and refused (412), and must not record its file again once a
+        later writer has replaced, and perhaps deleted, it."""
         key = f"tables/{table}/round={int(round_no)}/{MANIFEST}"
         for _ in range(1000):
             doc = self.get_json(key)
             before = dict(doc[0]["parts"]) if doc else {}
+            retired = list(doc[0].get("retired", [])) if doc else []
             parts = dict(before)
-            if not change(parts):
-                return before
-            body = {"table": table, "round": int(round_no), "parts": parts}
+            if not change(parts, frozenset(retired)):
+                return
+            kept = {p["file"] for p in parts.values()}
+            retired += [p["file"] for p in before.values() if p["file"] not in kept]
+            body = {"table": table, "round": int(round_no), "parts": parts, "retired": retired[-RETIRED_KEPT:]}
             try:
                 if doc is None:
                     self.put_json(key, body, if_absent=True)
                 else:
                     self.put_json(key, body, if_etag=doc[1])
-                return before
+                return
             except ConcurrentCommitError:
                 time.sleep(random.uniform(0.001, 0.02))
         raise StoreError(f"{self.uri}/{key}: 1000 writers in a row changed it first; retry the write")

@@ -324,6 +324,31 @@ def test_a_crash_between_a_rewrite_and_its_manifest_keeps_the_old_part(store, mo
     assert store.read("rounds").column("run_id").to_pylist() == ["new"]
 
 
+def test_a_manifest_swap_that_landed_but_lost_its_answer_is_not_applied_again(store, monkeypatch):
+    """The faulty-proxy campaign's loss: writer A's conditional PUT of the manifest lands, its
+    answer is lost, the client retries it and gets 412; meanwhile B replaced A's file and deleted
+    it. A must not record its (deleted) file again over B's."""
+    store.write("rollouts", 1, "run", [{"run_id": "first"}])
+    real_put = store.put_json
+    raced = []
+
+    def put_then_lose_the_answer(key, obj, **kw):
+        etag = real_put(key, obj, **kw)
+        if key.endswith("_manifest.json") and not raced:
+            raced.append(key)
+            store_b = Store(store.uri, endpoint_url=store.s3_settings.get("endpoint_url", ""))
+            store_b.write("rollouts", 1, "run", [{"run_id": "second"}])  # replaces A's file, deletes it
+            raise ConcurrentCommitError(f"{key} was changed by another writer")  # A's retried PUT: 412
+        return etag
+
+    monkeypatch.setattr(store, "put_json", put_then_lose_the_answer)
+    store.write("rollouts", 1, "run", [{"run_id": "a-retried"}])
+    monkeypatch.undo()
+    assert raced
+    assert store.read("rollouts").column("run_id").to_pylist() == ["second"]
+    assert store.verify() == []
+
+
 def test_verify_finds_a_changed_checksum(store):
     store.write("rollouts", 1, "run", ROWS)
     path = _file_of(store, "rollouts", "run")
