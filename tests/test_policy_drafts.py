@@ -32,9 +32,9 @@ def test_greedy_tokens_are_the_same_with_drafts_kept_and_rejected(one_thread, dt
     Exact equality needs matmuls whose rows do not depend on the batch (a step verifying drafts
     multiplies more rows at once): oneDNN's prepacked linear is such, in float32 everywhere and
     in bfloat16 on CPUs with native bf16; plain ``F.linear`` in bfloat16 elsewhere is not."""
-    from coevolve.policy.local import _cpu_has_native_bf16
+    from coevolve.policy.local import cpu_has_native_bf16
 
-    if dtype == "bfloat16" and not _cpu_has_native_bf16():
+    if dtype == "bfloat16" and not cpu_has_native_bf16():
         pytest.skip("bfloat16 without native bf16 (AVX2): its matmuls are not batch-invariant, near-ties flip")
     outs, stats, policies = {}, {}, {}
     for k in (0, 4):

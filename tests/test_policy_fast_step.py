@@ -99,14 +99,14 @@ def test_half_precision_projections_are_prepacked_where_the_cpu_has_bf16(one_thr
     """In bfloat16 on a CPU with native bf16 the step multiplies by oneDNN-prepacked weights (and
     by the plain ones elsewhere); the packed step samples exactly what the plain one does."""
     from coevolve.policy import fast_step
-    from coevolve.policy.local import _cpu_has_native_bf16
+    from coevolve.policy.local import cpu_has_native_bf16
 
     cfg = PolicyConfig(model="tiny", max_context_tokens=1024, dtype="bfloat16")
     prompts = [list(range(40, 40 + n)) for n in (30, 7, 19)]
     sampling = SamplingParams(temperature=1.0, max_new_tokens=8)
     packed = LocalPolicy(cfg)
     step = packed.fast_step
-    assert step is not None and step.packed == _cpu_has_native_bf16()
+    assert step is not None and step.packed == cpu_has_native_bf16()
     if step.packed:
         assert step.operands[0][0].is_mkldnn and step.lm_operand.is_mkldnn, "oneDNN-layout copies"
     monkeypatch.setattr(fast_step, "_packed_linear", lambda weight: False)

@@ -242,10 +242,10 @@ def test_a_groups_identical_prompts_are_computed_once(policy):
 
 def test_torch_kernels_held_to_avx2_mean_no_native_bfloat16(monkeypatch):
     """``ATEN_CPU_CAPABILITY=avx2`` runs an AVX-512 box as an AVX2-only one: float32 generation."""
-    from coevolve.policy.local import _cpu_has_native_bf16
+    from coevolve.policy.local import cpu_has_native_bf16
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    assert not _cpu_has_native_bf16()
+    assert not cpu_has_native_bf16()
 
 
 def test_a_sequence_that_extends_a_cached_one_replaces_it_and_keeps_its_logits():

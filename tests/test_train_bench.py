@@ -36,3 +36,19 @@ def test_bench_tables_print_at_full_width_into_a_pipe(capsys):
     print_table(table)  # captured output is not a terminal
     out = capsys.readouterr().out
     assert "smollm2 LoRA r=16 5" in out and "…" not in out and max(len(line) for line in out.splitlines()) > 80
+
+
+def test_the_update_flop_count_is_the_models_own_projection_weights():
+    """``linear_params`` (from the config) is the number of weights of every layer's linear
+    projections of the built model: the embedding, norms and output head are not in it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from coevolve.bench.limits import linear_params, matmul_flops
+    from coevolve.policy.models import resolve_model
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny"))
+    layers = model.get_decoder().layers
+    counted = sum(m.weight.numel() for m in layers.modules() if isinstance(m, torch.nn.Linear))
+    assert linear_params("tiny") == linear_params(model.config) == counted
+    assert 1e8 < matmul_flops(n=256, repeats=2) < 1e14  # a CPU's matrix product, in FLOP/s

@@ -44,6 +44,39 @@ def copy_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
     return 2 * n * 4 / best
 
 
+def matmul_flops(dtype: torch.dtype = torch.float32, n: int = 1024, repeats: int = 5) -> float:
+    """FLOP/s a square matrix product of side ``n`` in ``dtype`` reaches here (2 n^3 over the
+    best of ``repeats``, torch's current threads): what a compute-bound pass such as the
+    trainer's update can do per second at most, in practice."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a @ b  # warm-up: kernel selection, packing buffers
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def linear_params(model_name_or_config: Any) -> int:
+    """Weights of a decoder's per-token projections (attention q, k, v, o and the MLP's gate,
+    up and down, every layer; not the embedding nor the output head), from its config: a
+    token costs 2 FLOPs per weight forward and as many again for its gradient backward."""
+    cfg = model_name_or_config
+    if isinstance(cfg, str):
+        from transformers import AutoConfig
+
+        from coevolve.policy.models import resolve_model
+
+        cfg = AutoConfig.from_pretrained(resolve_model(cfg))
+    cfg = cfg.get_text_config(decoder=True)
+    d = cfg.hidden_size
+    head_dim = getattr(cfg, "head_dim", None) or d // cfg.num_attention_heads
+    q = cfg.num_attention_heads * head_dim
+    kv = (getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads) * head_dim
+    return cfg.num_hidden_layers * (2 * d * q + 2 * d * kv + 3 * d * cfg.intermediate_size)
+
+
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of ``model``'s parameters, a tied matrix counted once."""
     seen: dict[int, int] = {}

@@ -121,10 +121,14 @@ def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides
     warm start the base model earns no reward in any group, and a step without reward spread
     has no update to time. Returns ``{"seconds" (the step: rollouts + update), "rollout_s",
     "update_s", "other_s" (model loading, the SFT warm start, saving the checkpoint), "total_s", "episodes",
-    "n_tokens", "n_computed_tokens", "reward", "sft_steps", ...}``."""
+    "n_tokens", "n_computed_tokens", "reward", "sft_steps", "update_flops" (the update's projection
+    FLOPs: 4 per frozen weight and computed token with LoRA, 6 without; a lower bound),
+    "precision" and "matmul_flops" (what a matrix product reaches here in that precision), ...}``."""
     import tempfile
 
+    from coevolve.bench.limits import linear_params, matmul_flops
     from coevolve.config import load_config
+    from coevolve.policy.local import cpu_has_native_bf16
     from coevolve.store import Store
     from coevolve.train.local import train_local
     from coevolve.train.probe import synthesized_tasks
@@ -151,6 +155,12 @@ def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides
         updates = store.read("train_steps").to_pylist()
     step = seen[0]
     update_s = sum(r["seconds"] for r in updates)
+    computed = sum(r["n_computed_tokens"] or 0 for r in updates)
+    # LoRA: the frozen projections' FLOPs forward and for the activations' gradient backward
+    per_token = (4 if cfg.train.lora else 6) * linear_params(model_name)
+    dtype = torch.bfloat16 if cfg.train.precision == "auto" and cpu_has_native_bf16() else torch.float32
+    if cfg.train.precision not in ("auto", "float32"):
+        dtype = getattr(torch, cfg.train.precision)
     return {
         "seconds": step.seconds,
         "update_s": update_s,
@@ -159,7 +169,10 @@ def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides
         "total_s": total,
         "episodes": step.n_episodes,
         "n_tokens": step.n_tokens,
-        "n_computed_tokens": sum(r["n_computed_tokens"] or 0 for r in updates),
+        "n_computed_tokens": computed,
+        "update_flops": per_token * computed,  # a lower bound: no attention, no output head
+        "precision": str(dtype).removeprefix("torch."),
+        "matmul_flops": matmul_flops(dtype),
         "reward": step.mean_reward,
         "sft_steps": cfg.train.sft_steps,
         "ppo_epochs": cfg.train.ppo_epochs,

@@ -217,6 +217,13 @@ def bench_train(
             f"prompts {'on' if w['share_prefix'] else 'off'}); reward {w['reward']:.3f}; loading, warm start "
             f"and checkpoint {w['other_s']:.1f}s"
         )
+        rate = w["update_flops"] / w["update_s"] if w["update_s"] else 0.0
+        console.print(
+            f"update against this machine's compute: at least {w['update_flops'] / 1e12:.2f} TFLOP (the projections, "
+            f"forward and the activations' gradient) in {w['update_s']:.1f}s = {rate / 1e9:.0f} GFLOP/s, "
+            f"{rate / w['matmul_flops']:.0%} of the {w['matmul_flops'] / 1e9:.0f} GFLOP/s a 1024^2 {w['precision']} "
+            f"matrix product reaches here (measured in this run)"
+        )
 
 
 @bench_app.command("sft")

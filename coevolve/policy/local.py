@@ -80,7 +80,7 @@ def _shared_prefixes(prompts: list[list[int]], cache: PrefixCache) -> list[list[
     return list(shared.values())
 
 
-def _cpu_has_native_bf16() -> bool:
+def cpu_has_native_bf16() -> bool:
     """The CPU computes in bfloat16 natively (AVX-512 BF16 or AMX) and torch's kernels use
     AVX-512: ``ATEN_CPU_CAPABILITY=avx2`` (with ``ONEDNN_MAX_CPU_ISA=AVX2``) runs such a box as
     an AVX2-only one would, float32 included."""
@@ -118,7 +118,7 @@ def generation_dtype(name: str, model: torch.nn.Module, device: torch.device) ->
         return torch.float32
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16 if device.type == "cpu" and _cpu_has_native_bf16() else torch.float32
+    return torch.bfloat16 if device.type == "cpu" and cpu_has_native_bf16() else torch.float32
 
 
 def policy_device(name: str) -> torch.device:
