@@ -77,7 +77,9 @@ def _history(turns: int, obs: str = "ok") -> list[dict]:
 def test_budget_truncates_observations_then_drops_oldest_turns():
     counter = TokenCounter.estimate()
     msgs = _history(6, obs="x" * 3000)
-    fitted, fits = fit_budget(msgs, [MV], tool_format="compact", budget=450, counter=counter)
+    # drop_block=1: no more goes than needed (the default block, two thirds of the room, would
+    # also drop the current turn's call and its result here, keeping only its newest step)
+    fitted, fits = fit_budget(msgs, [MV], tool_format="compact", budget=450, counter=counter, drop_block=1)
     assert fits
     assert fitted[0] == msgs[0], "the system message is kept"
     user = [m for m in fitted if m["role"] == "user"]
@@ -179,3 +181,33 @@ def test_a_long_turn_of_calls_keeps_the_system_message(tokenizer):
             extended, dropped = (extended + 1, dropped) if p.ids[: len(prev)] == prev else (extended, dropped + 1)
         prev = p.ids
     assert dropped >= 2 and extended >= 2 * dropped, (extended, dropped)
+
+
+def test_the_default_drop_block_recomputes_about_half_what_a_quarter_of_the_budget_did(tokenizer, monkeypatch):
+    """Where a block of old steps goes, the next prompt is computed again after the system
+    message; the default block (two thirds of the room) makes that rarer and shorter. Counted
+    as a prompt cache would: each prompt's tokens past its common prefix with the one before."""
+    from coevolve.policy import prompts
+
+    def computed(drop_block) -> int:
+        monkeypatch.setattr(prompts, "_drop_block", drop_block)
+        conv = [{"role": "user", "content": "Please move the report into the temp folder."}]
+        prev: list[int] = []
+        total = newest_kept = 0
+        for i in range(60):
+            call = (
+                f'<tool_call>{{"name": "mv", "arguments": {{"source": "r{i}.txt", "destination": "tmp"}}}}</tool_call>'
+            )
+            conv += [{"role": "assistant", "content": call}, {"role": "tool", "content": "moved " + "x" * (i % 7 * 20)}]
+            p = render_prompt(conv, [MV], tokenizer, tool_format="compact", max_context_tokens=1024, max_new_tokens=64)
+            assert not p.context_limit and p.text.startswith("<|im_start|>system\n" + SYSTEM_PROMPT)
+            newest_kept += call in p.text
+            same = next((k for k, (a, b) in enumerate(zip(p.ids, prev)) if a != b), min(len(p.ids), len(prev)))
+            total += len(p.ids) - same
+            prev = p.ids
+        assert newest_kept == 60, "the newest step is never dropped"
+        return total
+
+    default = computed(prompts._drop_block)
+    quarter = computed(lambda budget, fixed: budget // 4)
+    assert default < 0.6 * quarter, (default, quarter)

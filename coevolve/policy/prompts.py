@@ -22,12 +22,14 @@ Token budget rule (``fit_budget``), applied in this order until the prompt fits
    ``user`` message), and a ``[N earlier messages omitted]`` note is put in their place;
 3. the oldest steps (assistant message + its tool responses) of the current turn are dropped.
 
-   Steps 2 and 3 free room in blocks of ``drop_block`` tokens (default: a quarter of the
-   budget): the overflow is rounded up to a whole block before messages go. So once a
-   conversation passes the budget, the next few messages drop the same old ones and each
-   prompt still extends the one before it, and the policy's prompt cache computes only the
-   new tokens, instead of recomputing every prompt after the system message once every new
-   message pushes out one more old message;
+   Steps 2 and 3 free room in blocks of ``drop_block`` tokens (default: two thirds of the
+   room the system message leaves, ``DROP_SHARE``): the overflow is rounded up to a whole
+   block before messages go. So once a conversation passes the budget, the next messages
+   drop the same old ones and each prompt still extends the one before it, and the policy's
+   prompt cache computes only the new tokens, instead of recomputing every prompt after the
+   system message once every new message pushes out one more old message. Where a block goes,
+   the next prompt recomputes what is kept after the system message: a third of the room per
+   two thirds of new messages (a quarter of the budget made it ~1.3x the new messages);
 4. if the system message and the current user message alone still do not fit, the
    caller cuts the prompt from the left and reports ``finish_reason="context_limit"``.
 
@@ -163,6 +165,10 @@ def to_wire(messages: list[Message], tools: list[dict[str, Any]], tool_format: s
 # --------------------------------------------------------------------------- token budget
 # How often render_prompt fits a conversation again when its rendering came out over the estimate.
 _REFITS = 3
+# Share of the room after the system message freed at once when a conversation outgrows its
+# budget (``fit_budget``'s default ``drop_block``): each drop makes the next prompt recompute what
+# is kept, (1 - share) of the room, once per share of the room of new messages.
+DROP_SHARE = 2 / 3
 
 
 @dataclass
@@ -209,6 +215,16 @@ def _wire_size(msg: Message, counter: TokenCounter) -> int:
     return counter.count(content) + _MESSAGE_OVERHEAD
 
 
+def _fixed_size(system: list[Message], tools: list[dict[str, Any]], tool_format: str, counter: TokenCounter) -> int:
+    """Tokens of the part of a prompt that is never dropped: the system message (tool block
+    included) with its framing and the generation prompt."""
+    return counter.count(system_message(system, tools, tool_format)["content"]) + _MESSAGE_OVERHEAD + 3
+
+
+def _drop_block(budget: int, fixed: int) -> int:
+    return max(1, int((budget - fixed) * DROP_SHARE))
+
+
 def _turn_starts(messages: list[Message]) -> list[int]:
     return [i for i, m in enumerate(messages) if m["role"] == "user"]
 
@@ -229,18 +245,19 @@ def fit_budget(
     message or the current user message removed) and whether its estimate fits ``budget``
     prompt tokens. The estimate sums per-message tokens plus ChatML framing. Messages are
     dropped until the estimate fits ``budget`` less the overflow's round-up to a multiple of
-    ``drop_block`` tokens (default ``budget // 4``; 1 drops no more than needed).
+    ``drop_block`` tokens (default ``DROP_SHARE`` of the room after the system message; 1 drops
+    no more than needed).
     """
     obs_limit = max_observation_tokens or max(32, budget // 4)
     msgs = [_truncate_observation(m, obs_limit, counter) if m["role"] == "tool" else m for m in messages]
     system = [m for m in msgs[:1] if m["role"] == "system"]
     body = msgs[len(system) :]
-    fixed = counter.count(system_message(system, tools, tool_format)["content"]) + _MESSAGE_OVERHEAD + 3
+    fixed = _fixed_size(system, tools, tool_format, counter)
     sizes = [_wire_size(m, counter) for m in body]
     total = fixed + sum(sizes)
     if total <= budget:
         return msgs, True
-    block = max(1, drop_block or budget // 4)
+    block = max(1, drop_block or _drop_block(budget, fixed))
     # the overflow, rounded up to whole blocks, and room for the note that says what went
     target = total - -(-(total - budget) // block) * block - _NOTE_TOKENS
 
@@ -264,6 +281,8 @@ def fit_budget(
         end = cur + 2
         while end < len(kept) and kept[end]["role"] == "tool":
             end += 1
+        if end == len(kept) and total <= budget - _NOTE_TOKENS:
+            break  # the newest step stays where only the round-up to a whole block would drop it
         total -= sum(sizes[cur + 1 : end])
         kept = kept[: cur + 1] + kept[end:]
         sizes = sizes[: cur + 1] + sizes[end:]
@@ -303,6 +322,8 @@ def render_prompt(
     """
     budget = max(16, max_context_tokens - max_new_tokens)
     counter = TokenCounter.for_tokenizer(tokenizer)
+    system = [m for m in messages[:1] if m["role"] == "system"]
+    block = _drop_block(budget, _fixed_size(system, tools, tool_format, counter))  # the same blocks when refitting
     target = budget
     for _ in range(_REFITS):
         msgs, _ = fit_budget(
@@ -312,7 +333,7 @@ def render_prompt(
             budget=target,
             counter=counter,
             max_observation_tokens=max_observation_tokens or max(32, budget // 4),
-            drop_block=max(1, budget // 4),
+            drop_block=block,
         )
         wire = to_wire(msgs, tools, tool_format)
         text = tokenizer.apply_chat_template(wire, tokenize=False, add_generation_prompt=True)
