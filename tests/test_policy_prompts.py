@@ -211,3 +211,36 @@ def test_the_default_drop_block_recomputes_about_half_what_a_quarter_of_the_budg
     default = computed(prompts._drop_block)
     quarter = computed(lambda budget, fixed: budget // 4)
     assert default < 0.6 * quarter, (default, quarter)
+
+
+def test_bench_prompts_splits_a_runs_prompt_tokens_into_first_extend_and_after_a_drop(tmp_path):
+    from coevolve.bench.prompts import prompt_costs
+    from coevolve.store import Store
+
+    system, ask = [1, 2, 3, 4, 5, 6], [7, 8]
+
+    def row(episode, step, prompt, answer):
+        return {
+            "phase": "eval",
+            "episode_id": episode,
+            "turn": 0,
+            "step": step,
+            "prompt_ids": prompt,
+            "completion_ids": answer,
+        }
+
+    rows = [
+        row("a", 0, system + ask, [20, 21, 99]),
+        row("a", 1, system + ask + [20, 21, 99, 30, 31], [22, 99]),  # extends: 2 new tokens
+        row("a", 2, system + [50, 30, 31, 22, 99, 32], [23, 99]),  # old messages dropped: all after the system
+        row("b", 0, system + [9], [24, 99]),  # another episode's opening shares the system message
+        {"phase": "eval", "episode_id": "b", "turn": 0, "step": 1, "action_name": "ls"},  # a call's second row
+    ]
+    store = Store(str(tmp_path / "s"))
+    store.write("rollouts", 1, "run-eval", rows)
+    [cost] = prompt_costs(store)
+    assert (cost["round"], cost["phase"], cost["prompts"]) == (1, "eval", 4)
+    assert (cost["first"], cost["first tokens"]) == (2, 8 + 1)
+    assert (cost["extend"], cost["extend tokens"]) == (1, 2)
+    assert (cost["after a drop"], cost["after a drop tokens"]) == (1, 6)
+    assert cost["prompt_tokens"] == 8 + 13 + 12 + 7

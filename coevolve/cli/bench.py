@@ -155,6 +155,36 @@ def bench_rollout(
     )
 
 
+@bench_app.command("prompts")
+def bench_prompts(
+    store: str = typer.Option(..., "--store", help="Store of a run whose rollouts to read."),
+) -> None:
+    """Prompt tokens a prefix cache computes on a run's logged prompts, per round and phase:
+    episodes' first prompts, prompts extending the one before, prompts recomputed after old
+    messages were dropped."""
+    from rich.table import Table
+
+    from coevolve.bench.prompts import KINDS, prompt_costs
+
+    rows = prompt_costs(open_store_or_fail(store))
+    if not rows:
+        fail(f"no logged prompts in {store}'s rollouts (a local backend logs them)")
+    table = Table(
+        "round", "phase", "prompts", "prompt tokens", *(f"{k}: prompts / computed" for k in KINDS), "computed"
+    )
+    for r in rows:
+        computed = sum(r[f"{k} tokens"] for k in KINDS)
+        table.add_row(
+            str(r["round"]),
+            r["phase"],
+            str(r["prompts"]),
+            f"{r['prompt_tokens']:,}",
+            *(f"{r[k]} / {r[f'{k} tokens']:,}" for k in KINDS),
+            f"{computed:,}",
+        )
+    print_table(table)
+
+
 @bench_app.command("train")
 def bench_train(
     models: list[str] = typer.Option(["tiny", "smollm2"], "--model", help="Models to measure (repeatable)."),
