@@ -578,8 +578,9 @@ class EvalConfig:
         factory=lambda: ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"],
     )
     step_limit: int = _help(
-        "Model messages per user turn at evaluation before the turn is cut (BFCL's protocol: 20). "
-        "Every turn of an entry is run; env.step_limit applies to training only.",
+        "Model messages per user turn at evaluation (BFCL's protocol: 20). A turn that reaches it is "
+        "checked and ends the entry, as BFCL force-quits it: the turns not run fail, so the entry fails "
+        "unless that was its last turn. env.step_limit applies to training, where the next turn follows.",
         BFCL_STEP_LIMIT,
         ge=1,
     )

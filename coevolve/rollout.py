@@ -68,7 +68,7 @@ class EpisodeResult:
     steps: list[dict[str, Any]]  # rows of the `rollouts` table (coevolve.schemas.ROLLOUTS), in order
     n_generated_tokens: int
     tools: list[dict[str, Any]] = field(default_factory=list)  # schemas of the last turn (render with these)
-    finish_reason: str | None = None  # why the episode was cut: context_limit | time_limit | error
+    finish_reason: str | None = None  # why the episode was cut: context_limit | time_limit | error | step_limit
 
 
 @dataclass
@@ -109,9 +109,11 @@ class _Engine:
         step_timeout_s: float | None,
         system_prompt: str,
         parse_error_ends_turn: bool = False,
+        step_limit_ends_episode: bool = False,
     ):
         self.policy, self.env = policy, env
         self.parse_error_ends_turn = parse_error_ends_turn
+        self.step_limit_ends_episode = step_limit_ends_episode
         self.sampling, self.step_limit = sampling, step_limit
         self.base_row, self.step_timeout_s = base_row, step_timeout_s
         self.system_prompt = system_prompt
@@ -255,6 +257,12 @@ class _Engine:
             # when it made at most one call)
             if run.rows[-1]["finish_reason"] is None:
                 run.rows[-1]["finish_reason"] = "step_limit"
+            if self.step_limit_ends_episode and run.turn + 1 < run.ep.n_turns:
+                # BFCL force-quits the entry: the turn is still checked, later turns never run
+                run.ep.end_turn()
+                run.turn += 1
+                run.done, run.finish = True, "step_limit"
+                return
             self._end_turn(run)
 
     # ---------------------------------------------------------------- scoring
@@ -296,8 +304,8 @@ def rollout_settings(cfg: "RunConfig", phase: str) -> dict[str, Any]:
     """The keyword arguments of ``run_episodes`` that the run config sets for ``phase``.
 
     ``"eval"`` follows BFCL's protocol: ``eval.temperature`` (``policy.top_p`` only when it
-    samples), ``eval.max_new_tokens``, ``eval.step_limit`` model messages per turn, and an
-    undecodable message ends the turn. Any other phase (validation's attempts) samples as the
+    samples), ``eval.max_new_tokens``, ``eval.step_limit`` model messages per turn, a turn that
+    reaches it ends the entry, and an undecodable message ends the turn. Any other phase (validation's attempts) samples as the
     policy does: ``policy.temperature``, ``top_p``, ``max_new_tokens`` and ``env.step_limit``.
     Both take the run's seed, ``policy.batch_size`` and ``env.step_timeout_s``.
     """
@@ -308,7 +316,11 @@ def rollout_settings(cfg: "RunConfig", phase: str) -> dict[str, Any]:
         sampling = SamplingParams(
             temperature=e.temperature, top_p=top_p, max_new_tokens=e.max_new_tokens, seed=cfg.seed
         )
-        by_phase: dict[str, Any] = {"step_limit": e.step_limit, "parse_error_ends_turn": True}
+        by_phase: dict[str, Any] = {
+            "step_limit": e.step_limit,
+            "parse_error_ends_turn": True,
+            "step_limit_ends_episode": True,
+        }
     else:
         sampling = SamplingParams(
             temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, seed=cfg.seed
@@ -342,6 +354,7 @@ def run_episodes(
     progress: Callable[[int, int], None] | None = None,
     system_prompt: str = SYSTEM_PROMPT,
     parse_error_ends_turn: bool = False,
+    step_limit_ends_episode: bool = False,
 ) -> list[EpisodeResult]:
     """Run ``n_samples`` episodes of every task; returns one result per episode, in task then sample order.
 
@@ -352,6 +365,10 @@ def run_episodes(
     (training: the policy may correct itself within ``step_limit``); with
     ``parse_error_ends_turn`` it ends the turn instead, as BFCL's multi-turn protocol does
     ("Failed to decode the model response. Proceed to next turn."): evaluation uses that.
+    A turn that reaches ``step_limit`` goes on to the next turn; with ``step_limit_ends_episode``
+    it is checked and ends the episode (``finish_reason`` 'step_limit'), as BFCL force-quits an
+    entry ("Model has been forced to quit after 20 steps"): the turns not run count as failed,
+    so the entry fails unless that was its last turn. Evaluation uses that too.
     """
     if step_limit < 1 or batch_size < 1 or n_samples < 1:
         raise ValueError("step_limit, batch_size and n_samples must all be >= 1")
@@ -374,6 +391,7 @@ def run_episodes(
         step_timeout_s=step_timeout_s,
         system_prompt=system_prompt,
         parse_error_ends_turn=parse_error_ends_turn,
+        step_limit_ends_episode=step_limit_ends_episode,
     )
     pending = deque(
         _Run(task=task, sample_idx=s, episode_id=f"{task.task_id}/s{s}/{_digest(run_id, *where, index)[:10]}")

@@ -201,6 +201,29 @@ def test_step_limit_cuts_each_turn():
     assert all(sum(1 for s in r.steps if s["turn"] == t) == 3 for t in range(3))
 
 
+def test_at_evaluation_a_turn_at_the_step_limit_ends_the_entry_as_in_bfcl():
+    """BFCL force-quits an entry whose turn reaches the limit: that turn is checked, the later
+    ones never run (so they fail); a force quit in the last turn leaves the entry scored as usual."""
+
+    def stuck_in(turn):
+        def script(m, conv):
+            return call("get") if m["turn"] == turn else reference_script(m, conv)
+
+        return script
+
+    (quit_early,) = run(Scripted(stuck_in(0)), make_tasks(1), step_limit=3, step_limit_ends_episode=True)
+    assert {s["turn"] for s in quit_early.steps} == {0} and len(quit_early.steps) == 3
+    assert quit_early.finish_reason == "step_limit" and quit_early.steps[-1]["finish_reason"] == "step_limit"
+    assert quit_early.score.turn_passed == [False, False, False] and not quit_early.score.success
+    assert [m["role"] for m in quit_early.messages].count("user") == 1, "turn 1's user message never shown"
+    (went_on,) = run(Scripted(stuck_in(0)), make_tasks(1), step_limit=3)
+    assert {s["turn"] for s in went_on.steps} == {0, 1, 2} and went_on.finish_reason is None
+    # stuck in the last turn, after the first two passed: the entry is scored on all three turns
+    (last,) = run(Scripted(stuck_in(2)), make_tasks(1), step_limit=3, step_limit_ends_episode=True)
+    assert {s["turn"] for s in last.steps} == {0, 1, 2} and last.finish_reason is None
+    assert last.score.turn_passed[:2] == [True, True] and not last.score.turn_passed[2]
+
+
 def test_batches_stay_within_batch_size_and_refill():
     policy = Scripted(reference_script)
     run(policy, make_tasks(5), n_samples=2, batch_size=4)
@@ -315,14 +338,14 @@ def test_rollout_settings_of_evaluation_and_of_validation():
         overrides={"eval.temperature": 0.0, "eval.step_limit": 20, "policy.top_p": 0.9, "env.step_limit": 4, "seed": 3}
     )
     ev, va = rollout_settings(cfg, "eval"), rollout_settings(cfg, "validate")
-    assert (ev["sampling"].temperature, ev["sampling"].top_p, ev["step_limit"], ev["parse_error_ends_turn"]) == (
-        0.0,
-        1.0,
-        20,
-        True,
-    )
+    assert (ev["sampling"].temperature, ev["sampling"].top_p, ev["step_limit"]) == (0.0, 1.0, 20)
+    assert ev["parse_error_ends_turn"] and ev["step_limit_ends_episode"]
     assert ev["sampling"].max_new_tokens == cfg.eval.max_new_tokens and ev["sampling"].seed == 3
     assert (va["sampling"].temperature, va["sampling"].top_p, va["step_limit"]) == (cfg.policy.temperature, 0.9, 4)
-    assert "parse_error_ends_turn" not in va and va["sampling"].max_new_tokens == cfg.policy.max_new_tokens
+    assert (
+        "parse_error_ends_turn" not in va
+        and "step_limit_ends_episode" not in va
+        and va["sampling"].max_new_tokens == cfg.policy.max_new_tokens
+    )
     for s in (ev, va):
         assert (s["seed"], s["batch_size"], s["step_timeout_s"]) == (3, cfg.policy.batch_size, cfg.env.step_timeout_s)
