@@ -52,3 +52,51 @@ def test_the_update_flop_count_is_the_models_own_projection_weights():
     counted = sum(m.weight.numel() for m in layers.modules() if isinstance(m, torch.nn.Linear))
     assert linear_params("tiny") == linear_params(model.config) == counted
     assert 1e8 < matmul_flops(n=256, repeats=2) < 1e14  # a CPU's matrix product, in FLOP/s
+
+
+def _logged_step(rewards: list[float], step: int = 1) -> list[dict]:
+    """Train rollout rows of one task's group, one model message each, opening with 40 shared ids."""
+    rows = []
+    for i, reward in enumerate(rewards):
+        rows.append(
+            {
+                "phase": "train", "round": 1, "train_step": step, "task_id": "t", "episode_id": f"e{step}.{i}",
+                "turn": 0, "step": 0, "n_tokens": 5, "episode_reward": reward,
+                "prompt_ids": list(range(3, 43)) + [50 + i, 60 + i],
+                "completion_ids": [70 + i, 71, 72, 73, 2], "completion_logprobs": [-1.0] * 5,
+            }
+        )  # fmt: skip
+    return rows
+
+
+class _Rows:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def read(self, table):
+        import pyarrow as pa
+
+        assert table == "rollouts"
+        return pa.Table.from_pylist(self.rows)
+
+
+def test_a_logged_update_is_replayed_on_the_steps_own_sequences():
+    import pytest
+
+    from coevolve.bench.train import replay_update
+
+    store = _Rows(_logged_step([1.0, 0.0, 0.2]) + _logged_step([0.0, 1.0], step=2))
+    r = replay_update(store, round_no=1, step=1, model_name="tiny", profile=5)
+    # step 1's three episodes only, one sequence each; their 40-id opening is computed once
+    assert r["n_sequences"] == 3 and r["lengths"] == [47, 47, 47] and r["n_tokens"] == 141
+    assert r["n_computed_tokens"] == 40 + 3 * 7 and r["seconds"] > 0 and r["precision"] == "float32"
+    assert "aten::" in r["profile"] and len(r["profile"].splitlines()) < 20
+    even = replay_update(_Rows(_logged_step([1.0, 0.0, 0.5])), round_no=1, step=1, model_name="tiny")
+    assert even["n_sequences"] == 2  # the episode at its group's mean has no advantage: not trained on
+    with pytest.raises(ValueError, match="no train rollouts of round 1, step 3"):
+        replay_update(store, round_no=1, step=3, model_name="tiny")
+    with pytest.raises(ValueError, match="past tiny's vocabulary"):
+        replay_update(_Rows(_logged_step([1.0, 0.0]) + [{**_logged_step([0.0])[0], "completion_ids": [5000] * 5, "episode_id": "x"}]),
+                      round_no=1, step=1, model_name="tiny")  # fmt: skip
+    with pytest.raises(ValueError, match="rewards are equal"):
+        replay_update(_Rows(_logged_step([0.5, 0.5])), round_no=1, step=1, model_name="tiny")

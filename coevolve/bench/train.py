@@ -179,3 +179,92 @@ def measure_grpo_step(model_name: str = "smollm2", *, seed: int = 0, **overrides
         "max_new_tokens": cfg.policy.max_new_tokens,
         "share_prefix": cfg.train.share_prefix,
     }
+
+
+def replay_update(
+    store: Any, *, round_no: int, step: int, model_name: str = "smollm2", profile: int = 0, seed: int = 0
+) -> dict:
+    """Replay one logged GRPO update: the ``train`` rollouts of ``round_no`` / ``step`` in
+    ``store`` (their exact prompt and sampled ids and behaviour log-probs) become the step's
+    sequences as the trainer builds them (episode rewards, group advantages, shared prompts) and
+    one optimizer step of the default config's trainer runs on a fresh ``model_name`` with LoRA.
+    The weights differ from the run's, so the loss does too; the work is the same. Returns
+    ``{"seconds", "n_sequences", "n_tokens", "n_computed_tokens", "lengths", "precision", "loss",
+    "profile"}`` (``profile``: the torch profiler's table of the ``profile`` costliest operations,
+    "" when 0)."""
+    from transformers import AutoModelForCausalLM
+
+    from coevolve.config import load_config
+    from coevolve.policy.models import resolve_model
+    from coevolve.train.grpo import group_advantages
+    from coevolve.train.local import attach_lora, grpo_optimizer_step, sequence_limit, step_sequences, training_dtype
+    from coevolve.train.scoring import compute_precision, model_device, plan
+
+    rows = [
+        r
+        for r in store.read("rollouts").to_pylist()
+        if r["phase"] == "train" and r["round"] == round_no and r["train_step"] == step
+    ]
+    if not rows:
+        raise ValueError(f"no train rollouts of round {round_no}, step {step} in the store")
+    episodes: dict[str, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: (r["episode_id"], r["turn"], r["step"])):
+        episodes.setdefault(r["episode_id"], []).append(r)
+    ordered = list(episodes.values())
+    adv = group_advantages([float(e[0]["episode_reward"]) for e in ordered], [e[0]["task_id"] for e in ordered])
+    cfg = load_config(None, {"policy.model": model_name})
+    t = cfg.train
+    seqs, advs = step_sequences(ordered, adv, sequence_limit(cfg))
+    if not seqs:
+        raise ValueError(f"round {round_no}, step {step}: every group's rewards are equal, so no update")
+    torch.manual_seed(seed)
+    model: Any = AutoModelForCausalLM.from_pretrained(resolve_model(model_name))
+    vocab, top = model.get_input_embeddings().num_embeddings, max(max(s.ids) for s in seqs)
+    if top >= vocab:
+        raise ValueError(
+            f"the logged token ids reach {top}, past {model_name}'s vocabulary of {vocab}: "
+            "replay with the run's own model"
+        )
+    if t.lora:
+        model = attach_lora(model, t.lora_r, t.lora_alpha)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=t.lr, weight_decay=0.0)
+    chunks = plan(
+        seqs, 0, advs, micro_batch_size=t.micro_batch_size, share_prefix=t.share_prefix, device=model_device(model)
+    )
+    dtype = training_dtype(t.precision, model)
+
+    def update() -> dict:
+        with compute_precision(dtype, model):
+            return grpo_optimizer_step(
+                model,
+                params,
+                optimizer,
+                chunks,
+                refs=None,
+                temperature=cfg.policy.temperature,
+                clip_eps=t.clip_eps,
+                kl_coef=0.0,
+                max_grad_norm=t.max_grad_norm,
+            )
+
+    table = ""
+    if profile:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as profiler
+
+        with profiler(activities=[ProfilerActivity.CPU]) as prof:
+            stats = update()
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=profile)
+    else:
+        stats = update()
+    return {
+        "seconds": stats["seconds"],
+        "n_sequences": len(seqs),
+        "n_tokens": sum(len(s.ids) for s in seqs),
+        "n_computed_tokens": sum(len(c.prefix) + sum(int(b["input_ids"].numel()) for b in c.batches) for c in chunks),
+        "lengths": sorted(len(s.ids) for s in seqs),
+        "precision": str(dtype).removeprefix("torch."),
+        "loss": stats["loss"],
+        "profile": table,
+    }

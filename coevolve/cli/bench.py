@@ -197,13 +197,39 @@ def bench_train(
         "--whole-step/--no-whole-step",
         help="Also time the embedded default's first GRPO step of SmolLM2 (rollouts + update).",
     ),
+    replay: str = typer.Option(
+        "", "--replay", help="Store of a run: replay one of its logged GRPO updates instead (--round, --step)."
+    ),
+    round_no: int = typer.Option(1, "--round", help="With --replay: the round of the update."),
+    step: int = typer.Option(1, "--step", help="With --replay: the GRPO step of the update."),
+    profile: int = typer.Option(0, "--profile", help="With --replay: list this many costliest operations."),
 ) -> None:
     """The local trainer's update step next to a plain torch (+ peft) reference doing the same
     math on the same shapes (the tiny model with full fine-tuning, others with LoRA r=16), and
-    one whole default GRPO step of SmolLM2 on synthesized BFCL tasks."""
+    one whole default GRPO step of SmolLM2 on synthesized BFCL tasks. With --replay, one
+    update of a run instead, on its own logged rollouts (with SmolLM2, or the first --model)."""
     from rich.table import Table
 
-    from coevolve.bench.train import measure_grpo_step, measure_update
+    from coevolve.bench.train import measure_grpo_step, measure_update, replay_update
+
+    if replay:
+        # the run's model: the embedded default's unless --model names another
+        name = "smollm2" if models == ["tiny", "smollm2"] else models[0]
+        try:
+            r = replay_update(
+                open_store_or_fail(replay), round_no=round_no, step=step, model_name=name, profile=profile
+            )
+        except ValueError as exc:
+            fail(str(exc))
+        console.print(
+            f"replayed update of round {round_no}, step {step} ({name}, {r['precision']}): "
+            f"{r['seconds']:.1f}s for {r['n_sequences']} sequences of {r['n_tokens']:,} tokens, "
+            f"{r['n_computed_tokens']:,} computed with shared prompts = "
+            f"{r['n_computed_tokens'] / r['seconds']:,.0f} tokens/s" + (" (under the profiler)" if profile else "")
+        )
+        if profile:
+            print(r["profile"])  # the profiler's own fixed-width table, unwrapped
+        return
 
     table = Table(
         "model",

@@ -120,6 +120,21 @@ def _task_batches(tasks: list[Task], per_step: int, seed: int):
         yield epoch, batch
 
 
+def step_sequences(
+    episodes: list[list[dict[str, Any]]], adv: torch.Tensor, max_tokens: int
+) -> tuple[list[TokenSequence], list[float]]:
+    """A GRPO step's training sequences (of the episodes, rollout rows in order, with a non-zero
+    advantage ``adv[i]``) and their advantages, sorted by length so that micro-batches pad little."""
+    seqs, advs = [], []
+    for i, rows in enumerate(episodes):
+        if adv[i] != 0:
+            for seq in episode_sequences(rows, max_tokens):
+                seqs.append(seq)
+                advs.append(float(adv[i]))
+    order = sorted(range(len(seqs)), key=lambda j: len(seqs[j].ids))
+    return [seqs[j] for j in order], [advs[j] for j in order]
+
+
 class GrpoTrainer:
     """The model, optimizer and LR schedule of one round: ``rollouts`` samples a step's groups,
     ``update`` takes the step's optimizer step on them."""
@@ -175,18 +190,6 @@ class GrpoTrainer:
             seed=seed,
         )
 
-    def _sequences(self, results: list[Any], adv: torch.Tensor) -> tuple[list[TokenSequence], list[float]]:
-        """The step's training sequences (episodes with a non-zero advantage) and their advantages,
-        sorted by length so that micro-batches pad little."""
-        seqs, advs = [], []
-        for i, r in enumerate(results):
-            if adv[i] != 0:
-                for seq in episode_sequences(r.steps, sequence_limit(self.cfg)):
-                    seqs.append(seq)
-                    advs.append(float(adv[i]))
-        order = sorted(range(len(seqs)), key=lambda j: len(seqs[j].ids))
-        return [seqs[j] for j in order], [advs[j] for j in order]
-
     def _reference_logprobs(self, chunk: Chunk) -> list[torch.Tensor]:
         with torch.no_grad():
             if hasattr(self.model, "disable_adapter"):  # LoRA: the base model is the reference
@@ -202,7 +205,7 @@ class GrpoTrainer:
         t = self.cfg.train
         rewards = torch.tensor([float(r.score.reward) for r in results])
         adv = group_advantages(rewards.tolist(), [r.task_id for r in results])
-        seqs, advs = self._sequences(results, adv)
+        seqs, advs = step_sequences([r.steps for r in results], adv, sequence_limit(self.cfg))
         if not seqs:  # no optimizer step, so the schedule (counted in optimizer steps) waits too
             return []
         chunks = plan(
