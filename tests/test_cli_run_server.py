@@ -54,3 +54,17 @@ def test_the_summary_printed_to_a_log_keeps_every_column(capsys):
     header = next(line for line in out.splitlines() if line.split()[:2] == ["round", "pool"])
     assert header.split() == heads
     assert "0.06" in out and "12.50" in out  # the last column of the summary and of the split
+
+
+def test_the_machine_line_names_the_cpu_capability_precision_and_cores(monkeypatch):
+    import torch
+
+    import coevolve.policy.local as local
+    from coevolve.processes import usable_cores
+    from flows.cli.run import machine_line
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    monkeypatch.setattr(local, "cpu_has_native_bf16", lambda: True)
+    assert machine_line().startswith(f"this machine: CPU {capability}, native bfloat16, {usable_cores()} cores")
+    monkeypatch.setattr(local, "cpu_has_native_bf16", lambda: False)
+    assert f"CPU {capability}, no native bfloat16 (float32), " in machine_line()

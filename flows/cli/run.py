@@ -200,6 +200,22 @@ def print_summary(rows: list[dict]) -> None:
         console.print(line, style="bold yellow", highlight=False)
 
 
+def machine_line() -> str:
+    """What this machine computes on, printed beside a run's timings: the CPU instruction set
+    torch dispatches to, whether it computes in bfloat16 natively (the default model then
+    generates and trains in bfloat16, else float32), the cores this process may use, a GPU."""
+    import torch
+
+    from coevolve.policy.local import cpu_has_native_bf16
+    from coevolve.processes import usable_cores
+
+    bf16 = "native bfloat16" if cpu_has_native_bf16() else "no native bfloat16 (float32)"
+    line = f"this machine: CPU {torch.backends.cpu.get_cpu_capability()}, {bf16}, {usable_cores()} cores"
+    if torch.cuda.is_available():
+        line += f", GPU {torch.cuda.get_device_name(0)}"
+    return line
+
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -320,4 +336,5 @@ def run(
     finally:
         remove()
     print_summary(rows)
+    console.print(machine_line(), highlight=False)
     console.print(f'Query the results: coevolve sql --store {cfg.store} "select * from rounds"')
