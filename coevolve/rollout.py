@@ -305,9 +305,9 @@ def rollout_settings(cfg: "RunConfig", phase: str) -> dict[str, Any]:
 
     ``"eval"`` follows BFCL's protocol: ``eval.temperature`` (``policy.top_p`` only when it
     samples), ``eval.max_new_tokens``, ``eval.step_limit`` model messages per turn, a turn that
-    reaches it ends the entry, and an undecodable message ends the turn. Any other phase (validation's attempts) samples as the
-    policy does: ``policy.temperature``, ``top_p``, ``max_new_tokens`` and ``env.step_limit``.
-    Both take the run's seed, ``policy.batch_size`` and ``env.step_timeout_s``.
+    reaches it ends the entry, and an undecodable message ends the turn. Any other phase
+    (validation's attempts) samples as the policy does: ``policy.temperature``, ``top_p``,
+    ``max_new_tokens`` and ``env.step_limit``. Both take the run's seed, ``policy.batch_size`` and ``env.step_timeout_s``.
     """
     p = cfg.policy
     if phase == "eval":

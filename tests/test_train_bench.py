@@ -73,11 +73,12 @@ class _Rows:
     def __init__(self, rows):
         self.rows = rows
 
-    def read(self, table):
+    def read(self, table, filter=None):
         import pyarrow as pa
 
         assert table == "rollouts"
-        return pa.Table.from_pylist(self.rows)
+        rows = pa.Table.from_pylist(self.rows)
+        return rows if filter is None else rows.filter(filter)
 
 
 def test_a_logged_update_is_replayed_on_the_steps_own_sequences():

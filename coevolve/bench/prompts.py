@@ -24,15 +24,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from coevolve.policy.prefix_cache import common_length
+
 KINDS = ("first", "extend", "after a drop")
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def prompt_costs(store: Any) -> list[dict[str, Any]]:
@@ -55,7 +49,7 @@ def prompt_costs(store: Any) -> list[dict[str, Any]]:
             cached: list[list[int]] = []  # this episode's prompts, each with its answer
             for r in steps:
                 ids = r["prompt_ids"]
-                shared = max((_common(ids, c) for c in cached + openings), default=0)
+                shared = max((common_length(ids, c) for c in cached + openings), default=0)
                 if not cached:
                     kind = "first"
                 else:  # an answer's last id (its stop token) may not be in the next prompt

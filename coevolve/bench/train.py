@@ -198,13 +198,12 @@ def replay_update(
     from coevolve.policy.models import resolve_model
     from coevolve.train.grpo import group_advantages
     from coevolve.train.local import attach_lora, grpo_optimizer_step, sequence_limit, step_sequences, training_dtype
-    from coevolve.train.scoring import compute_precision, model_device, plan
+    from coevolve.train.scoring import compute_precision, computed_tokens, model_device, plan
 
-    rows = [
-        r
-        for r in store.read("rollouts").to_pylist()
-        if r["phase"] == "train" and r["round"] == round_no and r["train_step"] == step
-    ]
+    import pyarrow.dataset as ds
+
+    wanted = (ds.field("phase") == "train") & (ds.field("round") == round_no) & (ds.field("train_step") == step)
+    rows = store.read("rollouts", filter=wanted).to_pylist()
     if not rows:
         raise ValueError(f"no train rollouts of round {round_no}, step {step} in the store")
     episodes: dict[str, list[dict]] = {}
@@ -262,7 +261,7 @@ def replay_update(
         "seconds": stats["seconds"],
         "n_sequences": len(seqs),
         "n_tokens": sum(len(s.ids) for s in seqs),
-        "n_computed_tokens": sum(len(c.prefix) + sum(int(b["input_ids"].numel()) for b in c.batches) for c in chunks),
+        "n_computed_tokens": computed_tokens(chunks),
         "lengths": sorted(len(s.ids) for s in seqs),
         "precision": str(dtype).removeprefix("torch."),
         "loss": stats["loss"],

@@ -269,6 +269,11 @@ def plan(
     return chunks
 
 
+def computed_tokens(chunks: list[Chunk]) -> int:
+    """Tokens the forward passes of ``chunks`` compute: each shared prefix once, every batch whole."""
+    return sum(len(c.prefix) + sum(int(b["input_ids"].numel()) for b in c.batches) for c in chunks)
+
+
 def forward_backward(
     model: torch.nn.Module,
     chunk: Chunk,
