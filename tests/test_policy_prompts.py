@@ -244,3 +244,4 @@ def test_bench_prompts_splits_a_runs_prompt_tokens_into_first_extend_and_after_a
     assert (cost["extend"], cost["extend tokens"]) == (1, 2)
     assert (cost["after a drop"], cost["after a drop tokens"]) == (1, 6)
     assert cost["prompt_tokens"] == 8 + 13 + 12 + 7
+    assert cost["completion_tokens"] == 3 + 2 + 2 + 2, "a call's second row holds no answer of its own"

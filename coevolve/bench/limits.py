@@ -62,6 +62,22 @@ def linear_params(model_name_or_config: Any) -> int:
     """Weights of a decoder's per-token projections (attention q, k, v, o and the MLP's gate,
     up and down, every layer; not the embedding nor the output head), from its config: a
     token costs 2 FLOPs per weight forward and as many again for its gradient backward."""
+    cfg = _text_config(model_name_or_config)
+    d = cfg.hidden_size
+    head_dim = getattr(cfg, "head_dim", None) or d // cfg.num_attention_heads
+    q = cfg.num_attention_heads * head_dim
+    kv = (getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads) * head_dim
+    return cfg.num_hidden_layers * (2 * d * q + 2 * d * kv + 3 * d * cfg.intermediate_size)
+
+
+def head_params(model_name_or_config: Any) -> int:
+    """Weights of a decoder's output head (vocabulary x hidden), from its config: each token
+    whose next-token distribution is computed costs 2 FLOPs per weight."""
+    cfg = _text_config(model_name_or_config)
+    return cfg.vocab_size * cfg.hidden_size
+
+
+def _text_config(model_name_or_config: Any) -> Any:
     cfg = model_name_or_config
     if isinstance(cfg, str):
         from transformers import AutoConfig
@@ -69,12 +85,7 @@ def linear_params(model_name_or_config: Any) -> int:
         from coevolve.policy.models import resolve_model
 
         cfg = AutoConfig.from_pretrained(resolve_model(cfg))
-    cfg = cfg.get_text_config(decoder=True)
-    d = cfg.hidden_size
-    head_dim = getattr(cfg, "head_dim", None) or d // cfg.num_attention_heads
-    q = cfg.num_attention_heads * head_dim
-    kv = (getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads) * head_dim
-    return cfg.num_hidden_layers * (2 * d * q + 2 * d * kv + 3 * d * cfg.intermediate_size)
+    return cfg.get_text_config(decoder=True)
 
 
 def weight_bytes(model: torch.nn.Module) -> int:

@@ -30,8 +30,9 @@ KINDS = ("first", "extend", "after a drop")
 
 
 def prompt_costs(store: Any) -> list[dict[str, Any]]:
-    """Per (round, phase): ``prompts``, ``prompt_tokens`` (all of them, as fed) and, for each
-    kind of ``KINDS``, ``<kind>`` (prompts) and ``<kind> tokens`` (tokens computed)."""
+    """Per (round, phase): ``prompts``, ``prompt_tokens`` (all of them, as fed), ``completion_tokens``
+    (the ids sampled after them) and, for each kind of ``KINDS``, ``<kind>`` (prompts) and
+    ``<kind> tokens`` (tokens computed)."""
     table = store.read(
         "rollouts", columns=["round", "phase", "episode_id", "turn", "step", "prompt_ids", "completion_ids"]
     )
@@ -41,7 +42,13 @@ def prompt_costs(store: Any) -> list[dict[str, Any]]:
             episodes[(r["round"], r["phase"])][r["episode_id"]].append(r)
     out = []
     for (round_no, phase), by_episode in sorted(episodes.items()):
-        row: dict[str, Any] = {"round": round_no, "phase": phase, "prompts": 0, "prompt_tokens": 0}
+        row: dict[str, Any] = {
+            "round": round_no,
+            "phase": phase,
+            "prompts": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+        }
         row.update({k: 0 for kind in KINDS for k in (kind, f"{kind} tokens")})
         openings: list[list[int]] = []
         for episode in sorted(by_episode):
@@ -58,6 +65,7 @@ def prompt_costs(store: Any) -> list[dict[str, Any]]:
                 row[f"{kind} tokens"] += len(ids) - shared
                 row["prompts"] += 1
                 row["prompt_tokens"] += len(ids)
+                row["completion_tokens"] += len(r["completion_ids"] or [])
                 cached.append(ids + list(r["completion_ids"] or []))
             openings.append(steps[0]["prompt_ids"])
         out.append(row)

@@ -8,6 +8,7 @@ coevolve bench validate                         # 1,000 candidates vs a pool of 
 coevolve bench validate --set policy.model=tiny --policy tiny --solver-tasks 8
 coevolve bench rollout                          # SmolLM2, 8 episodes, batch 8 (about 3 minutes)
 coevolve bench rollout --model tiny --episodes 32          # the test model (seconds)
+coevolve bench floor --store .coevolve/store    # the least time a run's model work can take here
 coevolve bench train                            # trainer vs plain torch+peft, tiny and SmolLM2+LoRA; one GRPO step
 coevolve bench sft                              # first calls before / after a LoRA SFT warm start
 coevolve bench reliability                      # make chaos: kills, concurrency, S3 faults, fuzz
@@ -183,6 +184,77 @@ def bench_prompts(
             f"{computed:,}",
         )
     print_table(table)
+
+
+@bench_app.command("floor")
+def bench_floor(
+    store: str = typer.Option(..., "--store", help="Store of a run whose logged work to weigh."),
+    model: str = typer.Option("smollm2", "--model", help="The run's policy.model (its weights count the FLOPs)."),
+    precision: str = typer.Option(
+        "auto",
+        "--precision",
+        help="Matrix products timed in: 'auto' (bfloat16 on a CPU with native bf16, else float32: "
+        "what the default computes in here), 'float32' or 'bfloat16'.",
+    ),
+) -> None:
+    """The least time a run's model work can take on this machine: per round and stage, the
+    tokens the store says it computed, their FLOPs (projections and sampled tokens' output head
+    only: a lower bound) over the rate a large matrix product reaches here, beside the stage's
+    measured time. The SFT warm start is not counted."""
+    import torch
+    from rich.table import Table
+
+    from coevolve.bench.floor import stage_seconds, work_floor
+    from coevolve.bench.limits import matmul_flops
+    from coevolve.policy.local import cpu_has_native_bf16
+    from flows.cli.run import machine_line
+
+    if precision not in ("auto", "float32", "bfloat16"):
+        fail(f"--precision must be 'auto', 'float32' or 'bfloat16', not {precision!r}")
+    opened = open_store_or_fail(store)
+    rows = work_floor(opened, model)
+    if not rows:
+        fail(f"no model work logged in {store} (no prompts in its rollouts, no train_steps)")
+    if precision == "auto":
+        precision = "bfloat16" if cpu_has_native_bf16() else "float32"
+    rate = matmul_flops(getattr(torch, precision))
+    measured = stage_seconds(opened)
+    table = Table(
+        "round", "stage", "prefill tok", "decoded tok", "update tok", "TFLOP", "floor s", "took s", "took/floor"
+    )
+    totals = {"flops": 0.0, "floor": 0.0, "took": 0.0}
+    for r in rows:
+        floor = r["flops"] / rate
+        took = measured.get((r["round"], r["stage"]))
+        totals["flops"] += r["flops"]
+        totals["floor"] += floor
+        totals["took"] += took or 0.0
+        table.add_row(
+            str(r["round"]),
+            r["stage"],
+            *(f"{r[k]:,}" if r[k] else "-" for k in ("prefill_tokens", "decode_tokens", "update_tokens")),
+            f"{r['flops'] / 1e12:.2f}",
+            f"{floor:.1f}",
+            "-" if took is None else f"{took:.1f}",
+            "-" if not took or not floor else f"{took / floor:.1f}x",
+        )
+    table.add_row(
+        "all",
+        "",
+        "",
+        "",
+        "",
+        f"{totals['flops'] / 1e12:.2f}",
+        f"{totals['floor']:.1f}",
+        f"{totals['took']:.1f}",
+        f"{totals['took'] / totals['floor']:.1f}x" if totals["floor"] else "-",
+    )
+    print_table(table)
+    console.print(
+        f"{machine_line()}; {precision} matrix products reach {rate / 1e9:.0f} GFLOP/s here, so this "
+        f"work takes at least {totals['floor']:.0f} s ({totals['floor'] / 60:.1f} min) on this machine "
+        "(SFT warm start, loading, environment and attention not counted)"
+    )
 
 
 @bench_app.command("train")
