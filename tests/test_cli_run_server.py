@@ -61,7 +61,7 @@ def test_the_machine_line_names_the_cpu_capability_precision_and_cores(monkeypat
 
     import coevolve.policy.local as local
     from coevolve.processes import usable_cores
-    from flows.cli.run import machine_line
+    from coevolve.timing import machine_line
 
     capability = torch.backends.cpu.get_cpu_capability()
     monkeypatch.setattr(local, "cpu_has_native_bf16", lambda: True)

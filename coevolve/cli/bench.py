@@ -207,7 +207,7 @@ def bench_floor(
     from coevolve.bench.floor import stage_seconds, work_floor
     from coevolve.bench.limits import matmul_flops
     from coevolve.policy.local import cpu_has_native_bf16
-    from flows.cli.run import machine_line
+    from coevolve.timing import machine_line
 
     if precision not in ("auto", "float32", "bfloat16"):
         fail(f"--precision must be 'auto', 'float32' or 'bfloat16', not {precision!r}")

@@ -35,6 +35,7 @@ import typer
 from coevolve.cli.app import app
 from coevolve.cli.common import console, parse_sets, preflight, print_table
 from coevolve.processes import free_port, stop
+from coevolve.timing import machine_line
 
 
 class StageStatus:
@@ -198,22 +199,6 @@ def print_summary(rows: list[dict]) -> None:
         print_table(table)
     for line in round_warnings(rows):
         console.print(line, style="bold yellow", highlight=False)
-
-
-def machine_line() -> str:
-    """What this machine computes on, printed beside a run's timings: the CPU instruction set
-    torch dispatches to, whether it computes in bfloat16 natively (the default model then
-    generates and trains in bfloat16, else float32), the cores this process may use, a GPU."""
-    import torch
-
-    from coevolve.policy.local import cpu_has_native_bf16
-    from coevolve.processes import usable_cores
-
-    bf16 = "native bfloat16" if cpu_has_native_bf16() else "no native bfloat16 (float32)"
-    line = f"this machine: CPU {torch.backends.cpu.get_cpu_capability()}, {bf16}, {usable_cores()} cores"
-    if torch.cuda.is_available():
-        line += f", GPU {torch.cuda.get_device_name(0)}"
-    return line
 
 
 _PR_SET_PDEATHSIG = 1
