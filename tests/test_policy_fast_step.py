@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from coevolve.config import PolicyConfig
@@ -165,3 +166,55 @@ def test_batched_prefill_gives_the_models_own_kv_and_logits(one_thread):
         for (k, v), layer in zip(kv, out.past_key_values.layers):
             torch.testing.assert_close(k, layer.keys, rtol=1e-4, atol=1e-4)
             torch.testing.assert_close(v, layer.values, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("counts", "dtype"),
+    [((3, 1, 2), "float32"), ((1, 3, 1), "float32"), ((2, 1, 1), "float32"), ((1, 3, 1), "bfloat16")],
+)
+def test_a_step_where_some_rows_draft_projects_only_the_fed_tokens(one_thread, counts, dtype):
+    """Rows feeding some of 3 columns in one step (``fed``): the projections, the MLP and the
+    head see the fed tokens only, and each fed token's logits and new keys and values are those
+    of the same step with every column computed, whether the drafting rows attend in one padded
+    call (two of three rows draft) or on their own (one does)."""
+    from coevolve.policy.kv_cache import growing_cache
+
+    policy = LocalPolicy(PolicyConfig(model="tiny", max_context_tokens=1024, dtype=dtype))
+    step = policy.fast_step
+    g = torch.Generator().manual_seed(2)
+    vocab = policy.model.config.vocab_size
+    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (12, 12, 12)]
+    with torch.inference_mode():
+        kv, _ = step.prefill([(p, None) for p in prompts])
+    tokens = torch.randint(3, vocab, (3, 3), generator=g)
+    positions = 12 + torch.arange(3)[None].expand(3, -1)
+    fed = torch.arange(3)[None] < torch.tensor(counts)[:, None]
+    causal = torch.arange(3)[None, :] <= torch.arange(3)[:, None]
+    mask = torch.cat([torch.ones(3, 3, 12, dtype=torch.bool), causal[None] & fed[:, None, :]], dim=2)[:, None]
+
+    def run(packed: bool):
+        cache = growing_cache(
+            [(torch.cat([k[li][0] for k in kv]), torch.cat([k[li][1] for k in kv])) for li in range(len(kv[0]))], 64
+        )
+        seen = []
+        linear = step._linear
+        step._linear = lambda x, w, b=None: (seen.append(x.shape[0]), linear(x, w, b))[1]
+        try:
+            with torch.inference_mode():
+                logits = step(tokens, positions, cache.layers, mask, fed if packed else None)
+        finally:
+            step._linear = linear
+        return logits, cache.layers, seen
+
+    (full, full_cache, full_rows), (packed, packed_cache, packed_rows) = run(False), run(True)
+    assert set(full_rows) == {9} and set(packed_rows) == {sum(counts)}, "every projection over the fed tokens only"
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == "float32" else {"rtol": 2e-2, "atol": 2e-2}
+    torch.testing.assert_close(packed[fed], full[fed], **tol)
+    assert torch.equal(packed[~fed], torch.zeros_like(packed[~fed])), "padding columns: zero logits"
+    for a, b in zip(packed_cache, full_cache):
+        torch.testing.assert_close(
+            a.keys[:, :, 12:].transpose(1, 2)[fed], b.keys[:, :, 12:].transpose(1, 2)[fed], **tol
+        )
+        torch.testing.assert_close(
+            a.values[:, :, 12:].transpose(1, 2)[fed], b.values[:, :, 12:].transpose(1, 2)[fed], **tol
+        )

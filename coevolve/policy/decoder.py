@@ -334,7 +334,7 @@ class Decoder:
             mask = torch.cat(
                 [self.valid[:, None, :column].expand(-1, t_fed, -1), causal[None] & new[:, None, :]], dim=2
             )
-            return fast(ids, positions, self.cache.layers, mask[:, None].to(dev))
+            return fast(ids, positions, self.cache.layers, mask[:, None].to(dev), new.to(dev))
         out = self.policy.runner(  # one token per row (no drafts without the lean step)
             input_ids=ids,
             attention_mask=self.valid.long().to(dev),
