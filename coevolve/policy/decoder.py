@@ -139,7 +139,8 @@ def draft(ids: list[int], k: int, ngram: int = 3) -> list[int]:
     return []
 
 
-# A step that verifies drafts costs ~1.5x one that does not (SmolLM2, batch 16, 4 drafts): a row
+# A row's drafts cost the step their projections (``fast_step`` packs the fed tokens) and their
+# queries' attention over the row's cache (over every row's, padded, when most rows draft): a row
 # that keeps fewer drafts than this (a running average over its steps that drafted) stops drafting
 # for ``_DRAFT_PAUSE`` steps, then tries again. Per row, so that what a row samples never depends
 # on the other rows of its batch; when no row drafts, the step feeds one token per row.
