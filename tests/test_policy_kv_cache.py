@@ -70,3 +70,28 @@ def test_rows_joining_and_leaving_read_as_the_padded_batch_and_reuse_the_buffers
             assert torch.equal(layer.keys[j, :, width - len(r) :], torch.stack(r, dim=1))
         assert torch.isfinite(layer.keys).all()  # a masked column adds exactly nothing
     assert reallocations < 12  # joins and leaves copy one row; only growth reallocates
+
+
+def test_ever_longer_rows_join_without_reallocating_each_time(monkeypatch):
+    """An episode's next prompt extends its last, so rows longer than the batch keep joining:
+    the buffers keep a margin on the left for them (12 rows, each 10% longer than the one
+    before: at most 4 buffers, where without the margin every row reallocated), and the cache still reads as the
+    left-padded batch."""
+    monkeypatch.setattr(kv_cache, "_buffer", lambda like, shape: like.new_full(shape, float("nan")))
+    layer = growing_cache([(torch.zeros(0, 2, 0, 4), torch.zeros(0, 2, 0, 4))], 64).layers[0]
+    buffers: list[int] = []  # each new buffer's address (a freed one's may come back: count changes)
+    rows = []
+    length = 100
+    for seed in range(12):
+        k, v = _row(length, seed)
+        layer.add_rows([(k, v)])
+        rows.append(k)
+        if not buffers or buffers[-1] != layer._k.data_ptr():
+            buffers.append(layer._k.data_ptr())
+        length = length * 11 // 10
+    assert len(buffers) <= 4, f"{len(buffers)} buffers for 12 ever longer rows"
+    width = max(r.shape[2] for r in rows)
+    assert layer.keys.shape == (12, 2, width, 4)
+    for j, r in enumerate(rows):
+        assert torch.equal(layer.keys[j, :, width - r.shape[2] :], r[0])
+    assert torch.isfinite(layer.keys).all()
