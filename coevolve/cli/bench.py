@@ -193,8 +193,9 @@ def bench_floor(
     precision: str = typer.Option(
         "auto",
         "--precision",
-        help="Matrix products timed in: 'auto' (bfloat16 on a CPU with native bf16, else float32: "
-        "what the default computes in here), 'float32' or 'bfloat16'.",
+        help="Matrix products timed in: 'auto' (what policy.dtype 'auto' gives the model on this "
+        "CPU: bfloat16 for a model of 50M+ weights on a CPU with native bf16, else float32), "
+        "'float32' or 'bfloat16'.",
     ),
 ) -> None:
     """The least time a run's model work can take on this machine: per round and stage, the
@@ -205,8 +206,8 @@ def bench_floor(
     from rich.table import Table
 
     from coevolve.bench.floor import stage_seconds, work_floor
-    from coevolve.bench.limits import matmul_flops
-    from coevolve.policy.local import cpu_has_native_bf16
+    from coevolve.bench.limits import head_params, linear_params, matmul_flops
+    from coevolve.policy.local import auto_dtype
     from coevolve.timing import machine_line
 
     if precision not in ("auto", "float32", "bfloat16"):
@@ -215,9 +216,13 @@ def bench_floor(
     rows = work_floor(opened, model)
     if not rows:
         fail(f"no model work logged in {store} (no prompts in its rollouts, no train_steps)")
-    if precision == "auto":
-        precision = "bfloat16" if cpu_has_native_bf16() else "float32"
-    rate = matmul_flops(getattr(torch, precision))
+    dtype = (
+        auto_dtype(linear_params(model) + head_params(model), torch.device("cpu"))
+        if precision == "auto"
+        else getattr(torch, precision)
+    )
+    precision = str(dtype).removeprefix("torch.")
+    rate = matmul_flops(dtype)
     measured = stage_seconds(opened)
     table = Table(
         "round", "stage", "prefill tok", "decoded tok", "update tok", "TFLOP", "floor s", "took s", "took/floor"

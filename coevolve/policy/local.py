@@ -114,7 +114,12 @@ def generation_dtype(name: str, model: torch.nn.Module, device: torch.device) ->
     per-operation overhead, which casts only add to), else float32."""
     if name != "auto":
         return getattr(torch, name)
-    if sum(p.numel() for p in model.parameters()) < 50_000_000:
+    return auto_dtype(sum(p.numel() for p in model.parameters()), device)
+
+
+def auto_dtype(n_params: int, device: torch.device) -> torch.dtype:
+    """What 'auto' resolves to for a model of ``n_params`` weights on ``device`` (``generation_dtype``)."""
+    if n_params < 50_000_000:
         return torch.float32
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
