@@ -233,6 +233,7 @@ TRAIN_STEPS = pa.schema(
         ("n_tokens", pa.int64()),  # tokens of the training sequences
         ("n_trained_tokens", pa.int64()),  # sampled tokens with a loss
         ("n_computed_tokens", pa.int64()),  # tokens forwarded (a shared prompt counts once)
+        ("n_attended_keys", pa.int64()),  # keys those tokens attend to (causal: position p reads p + 1)
         ("lr", pa.float64()),
         ("seconds", pa.float64()),  # wall time of this optimizer step (forward, backward, AdamW)
     ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from coevolve.bench.floor import stage_seconds, work_floor
-from coevolve.bench.limits import head_params, linear_params
+from coevolve.bench.limits import attention_width, head_params, linear_params
+from coevolve.train.scoring import causal_keys
 from coevolve.cli import app
 from coevolve.store import Store
 
@@ -37,8 +38,16 @@ def _run_store(tmp_path) -> Store:
     )
     store.write("rollouts", 1, "run-eval", [_message("eval", "e", 0, system + [11], [12])])
     store.write("rollouts", 2, "run-eval", [_message("eval", "f", 0, [7, 7, 7], [12, 13])])
-    # two optimizer steps in round 1, one in round 2
-    store.write("train_steps", 1, "run", [{"step": 1, "n_computed_tokens": 300}, {"step": 2, "n_computed_tokens": 200}])
+    # two optimizer steps in round 1, one in round 2 (logged before train_steps had n_attended_keys)
+    store.write(
+        "train_steps",
+        1,
+        "run",
+        [
+            {"step": 1, "n_computed_tokens": 300, "n_attended_keys": 9000},
+            {"step": 2, "n_computed_tokens": 200, "n_attended_keys": 6000},
+        ],
+    )
     store.write("train_steps", 2, "run", [{"step": 1, "n_computed_tokens": 50}])
     store.write(
         "rounds",
@@ -70,11 +79,22 @@ def test_floor_counts_computed_prompt_tokens_sampled_tokens_and_update_tokens_pe
     assert (rows[(1, "evaluate")]["prefill_tokens"], rows[(1, "evaluate")]["decode_tokens"]) == (41, 1)
     assert rows[(1, "validate pass 2")]["flops"] == 0, "no validation attempts logged"
 
-    linear, head = linear_params("tiny"), head_params("tiny")
-    assert train["flops"] == 2 * linear * 44 + 2 * (linear + head) * 6
-    assert rows[(1, "train update")]["flops"] == 4 * linear * 500, "LoRA: forward and activation gradients"
+    # each token fed attends to itself and everything before it: a's opening and two of its three
+    # sampled tokens (the last ends the message), a's one new token, b's new token and first sample
+    keys = causal_keys(0, 42 + 2) + causal_keys(45, 46) + causal_keys(40, 42)
+    assert train["attended_keys"] == keys
+    linear, head, width = linear_params("tiny"), head_params("tiny"), attention_width("tiny")
+    # 3 messages: 44 prompt tokens and 6 - 3 sampled ones fed; 6 sampled through the output head
+    assert train["attention_flops"] == 4 * width * keys
+    assert train["flops"] == 2 * linear * (44 + 6 - 3) + 2 * head * 6 + 4 * width * keys
+
+    update = rows[(1, "train update")]
+    assert update["attended_keys"] == 15000 and update["attention_flops"] == 12 * width * 15000
+    assert update["flops"] == 4 * linear * 500 + 12 * width * 15000, "LoRA: forward and activation gradients"
+    old = rows[(2, "train update")]
+    assert old["attended_keys"] == 0 and old["flops"] == 4 * linear * 50, "no n_attended_keys: projections only"
     full = {(r["round"], r["stage"]): r for r in work_floor(store, "tiny", lora=False)}
-    assert full[(1, "train update")]["flops"] == 6 * linear * 500, "every weight trained: its gradient too"
+    assert full[(1, "train update")]["flops"] == 6 * linear * 500 + 12 * width * 15000, "every weight: its gradient"
 
 
 def test_stage_seconds_sum_the_columns_that_time_each_stage(tmp_path):
@@ -91,6 +111,7 @@ def test_bench_floor_prints_the_floor_beside_the_measured_time(tmp_path):
     text = " ".join(res.output.split())  # the console wraps long lines
     assert "train update" in text and "this machine: CPU" in text
     assert "float32 matrix products reach" in text and "takes at least" in text
+    assert "nor the update's attention" in text, "round 2's step predates n_attended_keys"
 
     empty = CliRunner().invoke(app, ["bench", "floor", "--store", str(tmp_path / "none"), "--model", "tiny"])
     assert empty.exit_code != 0

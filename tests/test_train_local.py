@@ -143,6 +143,8 @@ def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempot
     steps = store.read("train_steps").to_pylist()
     assert len({(r["step"], r["epoch"]) for r in steps}) == len(steps)
     assert all(r["kl"] >= 0 for r in steps)
+    # each computed token attends to at least itself, and a whole sequence to fewer than its square
+    assert all(r["n_computed_tokens"] <= r["n_attended_keys"] <= r["n_computed_tokens"] ** 2 for r in steps)
 
 
 def test_trainers_are_registered_without_importing_their_backends():

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from coevolve.policy.models import resolve_model
 from coevolve.train.local import attach_lora
-from coevolve.train.scoring import forward_backward, plan
+from coevolve.train.scoring import attended_keys, causal_keys, computed_tokens, forward_backward, plan
 from coevolve.train.sequences import TokenSequence
 
 
@@ -82,3 +82,19 @@ def test_a_group_shares_its_prompt_up_to_the_first_sampled_token() -> None:
     # the token before the first sampled one predicts it: it stays with the members
     assert len(chunk.prefix) == 39 and chunk.prefix == prompt[:39]
     assert [b["targets"].tolist() for b in chunk.batches] == [[60 + k, 61, 62] for k in range(4)]
+
+
+def test_attended_keys_count_each_computed_token_once_at_its_position() -> None:
+    assert causal_keys(0, 3) == 1 + 2 + 3 and causal_keys(2, 4) == 3 + 4 and causal_keys(5, 5) == 0
+    prompt = list(range(10, 50))
+    seqs = [
+        TokenSequence(ids=prompt + [60 + k] * (2 + k), mask=[0] * 40 + [1] * (2 + k), logprobs=[0.0] * (42 + k))
+        for k in range(3)
+    ]
+    (chunk,) = plan(seqs, 0, None, share_prefix=True, min_prefix=16)
+    # the 39-token prefix once (positions 0-38), then each member's 3, 4 and 5 tokens from position 39
+    want = causal_keys(0, 39) + causal_keys(39, 42) + causal_keys(39, 43) + causal_keys(39, 44)
+    assert attended_keys([chunk]) == want and computed_tokens([chunk]) == 39 + 3 + 4 + 5
+    # whole sequences, padded to the longest in one micro-batch: every row computes 44 positions
+    (whole,) = plan(seqs, 0, None, share_prefix=False, micro_batch_size=3)
+    assert attended_keys([whole]) == 3 * causal_keys(0, 44) > want

@@ -4,22 +4,26 @@ the work its store logged, next to the time each stage took.
     coevolve bench floor --store /work/runs/r1
     rows = work_floor(store, "smollm2")     # one dict per round and stage (FLOPs, no timing)
 
-A local backend's model work is matrix products over the model's weights, and the store says
-how many tokens each stage put through them:
+A local backend's model work is matrix products: over the model's weights, and attention's
+over each token's context. The store says how many tokens each stage put through them:
 
 - generation (training rollouts, validation's pass 2, evaluation): the prompt tokens a prefix
-  cache computes (``coevolve.bench.prompts.prompt_costs``) and the tokens sampled
-  (``completion_ids``);
-- the GRPO update: ``train_steps.n_computed_tokens`` (a shared prompt counted once).
+  cache computes (``coevolve.bench.prompts.prompt_costs``), the tokens sampled
+  (``completion_ids``) and the keys the tokens fed attend to (``attended_keys``);
+- the GRPO update: ``train_steps.n_computed_tokens`` (a shared prompt counted once) and
+  ``n_attended_keys`` (0 in a store written before that column: the update's attention is
+  then not counted).
 
-A token costs at least 2 FLOPs per projection weight forward (``limits.linear_params``), and
-a sampled token also its output head (``limits.head_params``); an update token with LoRA costs
-4 per projection weight (forward, and its activations' gradient backward; 6 when all weights
-train). Attention, norms, the heads of prompt tokens and everything else are left out, so the
-figure is a lower bound: divided by the rate a large matrix product reaches on this machine in
-the run's precision (``limits.matmul_flops``), it is a time no implementation of the same work
-can beat here. The SFT warm start is not counted (its tokens are not logged): compare the
-floor with the stage times without ``t_train_sft``.
+A token fed costs at least 2 FLOPs per projection weight forward (``limits.linear_params``),
+and each sampled token its output head (``limits.head_params``); a message's last sampled
+token is not fed back. An update token with LoRA costs 4 per projection weight (forward, and
+its activations' gradient backward; 6 when all weights train). Each attended key costs 4 FLOPs
+per unit of the query width (``limits.attention_width``) forward, 12 in an update (forward and
+backward, nothing recomputed). Norms, the heads of prompt tokens, softmax and everything else
+are left out, so the figure is a lower bound: divided by the rate a large matrix product
+reaches on this machine in the run's precision (``limits.matmul_flops``), it is a time no
+implementation of the same work can beat here. The SFT warm start is not counted (its tokens
+are not logged): compare the floor with the stage times without ``t_train_sft``.
 """
 
 from __future__ import annotations
@@ -40,27 +44,36 @@ STAGES = (
 
 def work_floor(store: Any, model: Any, *, lora: bool = True) -> list[dict[str, Any]]:
     """Per round (1 on) and stage of ``STAGES``: ``round``, ``stage``, ``prefill_tokens`` (prompt
-    tokens computed), ``decode_tokens`` (sampled), ``update_tokens`` (computed by the update)
-    and ``flops`` (their lower bound, see the module docstring), for ``model`` (a name or a
-    config). Rounds without model work (round 0) are left out."""
-    from coevolve.bench.limits import head_params, linear_params
+    tokens computed), ``decode_tokens`` (sampled), ``update_tokens`` (computed by the update),
+    ``attended_keys``, ``flops`` (their lower bound, see the module docstring) and
+    ``attention_flops`` (attention's part of it), for ``model`` (a name or a config). Rounds
+    without model work (round 0) are left out."""
+    from coevolve.bench.limits import attention_width, head_params, linear_params
 
-    linear, head = linear_params(model), head_params(model)
+    linear, head, width = linear_params(model), head_params(model), attention_width(model)
     generated = {(r["round"], r["phase"]): r for r in prompt_costs(store)}
-    updates: dict[int, int] = {}
-    for r in store.read("train_steps", columns=["round", "n_computed_tokens"]).to_pylist():
-        updates[r["round"]] = updates.get(r["round"], 0) + (r["n_computed_tokens"] or 0)
+    updates: dict[int, list[int]] = {}  # round -> [tokens computed, keys attended]
+    for r in store.read("train_steps", columns=["round", "n_computed_tokens", "n_attended_keys"]).to_pylist():
+        totals = updates.setdefault(r["round"], [0, 0])
+        totals[0] += r["n_computed_tokens"] or 0
+        totals[1] += r["n_attended_keys"] or 0
     rounds = sorted({r for r, _ in generated} | set(updates))
     out = []
     for round_no in rounds:
         for stage, phase, _ in STAGES:
-            prefill = decode = update = 0
+            prefill = decode = update = keys = 0
             if phase is None:
-                update = updates.get(round_no, 0)
-            elif (round_no, phase) in generated:
-                cost = generated[(round_no, phase)]
-                prefill, decode = sum(cost[f"{kind} tokens"] for kind in KINDS), cost["completion_tokens"]
-            flops = 2 * linear * prefill + 2 * (linear + head) * decode + (4 if lora else 6) * linear * update
+                update, keys = updates.get(round_no, (0, 0))
+                attention = 12 * width * keys
+                flops = (4 if lora else 6) * linear * update + attention
+            else:
+                messages = 0
+                if (round_no, phase) in generated:
+                    cost = generated[(round_no, phase)]
+                    prefill = sum(cost[f"{kind} tokens"] for kind in KINDS)
+                    decode, keys, messages = cost["completion_tokens"], cost["attended_keys"], cost["prompts"]
+                attention = 4 * width * keys
+                flops = 2 * linear * (prefill + max(decode - messages, 0)) + 2 * head * decode + attention
             out.append(
                 {
                     "round": round_no,
@@ -68,7 +81,9 @@ def work_floor(store: Any, model: Any, *, lora: bool = True) -> list[dict[str, A
                     "prefill_tokens": prefill,
                     "decode_tokens": decode,
                     "update_tokens": update,
+                    "attended_keys": keys,
                     "flops": flops,
+                    "attention_flops": attention,
                 }
             )
     return out

@@ -70,6 +70,16 @@ def linear_params(model_name_or_config: Any) -> int:
     return cfg.num_hidden_layers * (2 * d * q + 2 * d * kv + 3 * d * cfg.intermediate_size)
 
 
+def attention_width(model_name_or_config: Any) -> int:
+    """Query width summed over a decoder's layers (layers x heads x head dimension), from its
+    config: each key a token attends to costs it 4 FLOPs per unit of width forward (2 for its
+    score, 2 for weighing its value), and 8 more backward (the gradients of the scores, the
+    values, the query and the key)."""
+    cfg = _text_config(model_name_or_config)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return cfg.num_hidden_layers * cfg.num_attention_heads * head_dim
+
+
 def head_params(model_name_or_config: Any) -> int:
     """Weights of a decoder's output head (vocabulary x hidden), from its config: each token
     whose next-token distribution is computed costs 2 FLOPs per weight."""

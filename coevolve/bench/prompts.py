@@ -17,6 +17,12 @@ tokens a local backend computes into three kinds:
 
 The engine's own cache is bounded and batched, so its counts differ a little; the split is
 what shows whether the drop rule, or the conversation itself, is what the prefill pays for.
+
+Each token fed to the model also attends to every token before it and itself (causal
+attention): a token at position p (0-based) reads p + 1 keys. ``attended_keys`` sums that over
+the computed prompt tokens and the sampled ones fed back (all but a message's last, which ends
+it): the measure of attention's work (``coevolve.bench.floor``), which grows with the
+conversation's length where the projections' work grows only with its new tokens.
 """
 
 from __future__ import annotations
@@ -25,14 +31,15 @@ from collections import defaultdict
 from typing import Any
 
 from coevolve.policy.prefix_cache import common_length
+from coevolve.train.scoring import causal_keys
 
 KINDS = ("first", "extend", "after a drop")
 
 
 def prompt_costs(store: Any) -> list[dict[str, Any]]:
     """Per (round, phase): ``prompts``, ``prompt_tokens`` (all of them, as fed), ``completion_tokens``
-    (the ids sampled after them) and, for each kind of ``KINDS``, ``<kind>`` (prompts) and
-    ``<kind> tokens`` (tokens computed)."""
+    (the ids sampled after them), ``attended_keys`` (see the module docstring) and, for each kind
+    of ``KINDS``, ``<kind>`` (prompts) and ``<kind> tokens`` (tokens computed)."""
     table = store.read(
         "rollouts", columns=["round", "phase", "episode_id", "turn", "step", "prompt_ids", "completion_ids"]
     )
@@ -48,6 +55,7 @@ def prompt_costs(store: Any) -> list[dict[str, Any]]:
             "prompts": 0,
             "prompt_tokens": 0,
             "completion_tokens": 0,
+            "attended_keys": 0,
         }
         row.update({k: 0 for kind in KINDS for k in (kind, f"{kind} tokens")})
         openings: list[list[int]] = []
@@ -65,8 +73,10 @@ def prompt_costs(store: Any) -> list[dict[str, Any]]:
                 row[f"{kind} tokens"] += len(ids) - shared
                 row["prompts"] += 1
                 row["prompt_tokens"] += len(ids)
-                row["completion_tokens"] += len(r["completion_ids"] or [])
-                cached.append(ids + list(r["completion_ids"] or []))
+                answer = list(r["completion_ids"] or [])
+                row["completion_tokens"] += len(answer)
+                row["attended_keys"] += causal_keys(shared, len(ids) + max(len(answer) - 1, 0))
+                cached.append(ids + answer)
             openings.append(steps[0]["prompt_ids"])
         out.append(row)
     return out

@@ -199,9 +199,9 @@ def bench_floor(
     ),
 ) -> None:
     """The least time a run's model work can take on this machine: per round and stage, the
-    tokens the store says it computed, their FLOPs (projections and sampled tokens' output head
-    only: a lower bound) over the rate a large matrix product reaches here, beside the stage's
-    measured time. The SFT warm start is not counted."""
+    tokens the store says it computed, their FLOPs (projections, attention and sampled tokens'
+    output head only: a lower bound) over the rate a large matrix product reaches here, beside
+    the stage's measured time. The SFT warm start is not counted."""
     import torch
     from rich.table import Table
 
@@ -224,14 +224,25 @@ def bench_floor(
     precision = str(dtype).removeprefix("torch.")
     rate = matmul_flops(dtype)
     measured = stage_seconds(opened)
+    updates_keyed = all(r["attended_keys"] or not r["update_tokens"] for r in rows if r["stage"] == "train update")
     table = Table(
-        "round", "stage", "prefill tok", "decoded tok", "update tok", "TFLOP", "floor s", "took s", "took/floor"
+        "round",
+        "stage",
+        "prefill tok",
+        "decoded tok",
+        "update tok",
+        "TFLOP",
+        "of it attention",
+        "floor s",
+        "took s",
+        "took/floor",
     )
-    totals = {"flops": 0.0, "floor": 0.0, "took": 0.0}
+    totals = {"flops": 0.0, "attention": 0.0, "floor": 0.0, "took": 0.0}
     for r in rows:
         floor = r["flops"] / rate
         took = measured.get((r["round"], r["stage"]))
         totals["flops"] += r["flops"]
+        totals["attention"] += r["attention_flops"]
         totals["floor"] += floor
         totals["took"] += took or 0.0
         table.add_row(
@@ -239,6 +250,7 @@ def bench_floor(
             r["stage"],
             *(f"{r[k]:,}" if r[k] else "-" for k in ("prefill_tokens", "decode_tokens", "update_tokens")),
             f"{r['flops'] / 1e12:.2f}",
+            f"{r['attention_flops'] / 1e12:.2f}",
             f"{floor:.1f}",
             "-" if took is None else f"{took:.1f}",
             "-" if not took or not floor else f"{took / floor:.1f}x",
@@ -250,6 +262,7 @@ def bench_floor(
         "",
         "",
         f"{totals['flops'] / 1e12:.2f}",
+        f"{totals['attention'] / 1e12:.2f}",
         f"{totals['floor']:.1f}",
         f"{totals['took']:.1f}",
         f"{totals['took'] / totals['floor']:.1f}x" if totals["floor"] else "-",
@@ -258,7 +271,9 @@ def bench_floor(
     console.print(
         f"{machine_line()}; {precision} matrix products reach {rate / 1e9:.0f} GFLOP/s here, so this "
         f"work takes at least {totals['floor']:.0f} s ({totals['floor'] / 60:.1f} min) on this machine "
-        "(SFT warm start, loading, environment and attention not counted)"
+        "(SFT warm start, loading, the environment, norms and softmax not counted"
+        + ("" if updates_keyed else "; nor the update's attention: this store's train_steps predate n_attended_keys")
+        + ")"
     )
 
 

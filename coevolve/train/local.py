@@ -46,7 +46,15 @@ from coevolve.tasks import Task
 from coevolve.timing import Splits
 from coevolve.train.result import TrainResult, checkpoint_path
 from coevolve.train.grpo import clipped_pg_loss, group_advantages, kl_penalty
-from coevolve.train.scoring import Chunk, compute_precision, computed_tokens, forward_backward, model_device, plan
+from coevolve.train.scoring import (
+    Chunk,
+    attended_keys,
+    compute_precision,
+    computed_tokens,
+    forward_backward,
+    model_device,
+    plan,
+)
 from coevolve.train.sequences import TokenSequence, encode_chat, episode_sequences, wire_renderer
 
 if TYPE_CHECKING:
@@ -217,7 +225,7 @@ class GrpoTrainer:
             device=model_device(self.model),
         )
         n_trained = sum(int(b["targets"].numel()) for c in chunks for b in c.batches)
-        n_computed = computed_tokens(chunks)
+        n_computed, n_keys = computed_tokens(chunks), attended_keys(chunks)
         out = []
         with compute_precision(self.dtype, self.model):
             refs = [self._reference_logprobs(c) for c in chunks] if t.kl_coef > 0 else None
@@ -244,6 +252,7 @@ class GrpoTrainer:
                         "n_tokens": sum(len(s.ids) for s in seqs),
                         "n_trained_tokens": n_trained,
                         "n_computed_tokens": n_computed,
+                        "n_attended_keys": n_keys,
                     }
                 )
         # the policy caches prompt-prefix KV across calls; those keys came from the old weights

@@ -274,6 +274,26 @@ def computed_tokens(chunks: list[Chunk]) -> int:
     return sum(len(c.prefix) + sum(int(b["input_ids"].numel()) for b in c.batches) for c in chunks)
 
 
+def causal_keys(start: int, end: int) -> int:
+    """Keys that the tokens at positions ``start`` .. ``end - 1`` attend to under a causal mask
+    (the one at position p reads p + 1)."""
+    return (end * (end + 1) - start * (start + 1)) // 2
+
+
+def attended_keys(chunks: list[Chunk]) -> int:
+    """Keys the computed tokens of ``chunks`` attend to (causal: the token at position p reads
+    p + 1): each shared prefix once, each batch's rows after their prefix, padding included (as
+    ``computed_tokens``). Attention's work grows with it (``coevolve.bench.floor``)."""
+    total = 0
+    for c in chunks:
+        p = len(c.prefix)
+        total += causal_keys(0, p)
+        for b in c.batches:
+            rows, width = b["input_ids"].shape
+            total += rows * causal_keys(p, p + width)
+    return total
+
+
 def forward_backward(
     model: torch.nn.Module,
     chunk: Chunk,
