@@ -95,6 +95,12 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
     shots = Path(os.environ.get("COEVOLVE_UI_SHOTS") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
 
+    def shoot(page, name: str, full_page: bool = True) -> None:
+        # chromium shares its core with the Prefect server and worker (tests/conftest.py pins each
+        # xdist worker and what it starts): a full-page capture of the finished run's page once
+        # took over the page's 30 s default on a loaded AVX2 box
+        page.screenshot(path=str(shots / name), full_page=full_page, timeout=120_000)
+
     def prefect(*args: str) -> None:
         done = subprocess.run(
             [str(BIN / "prefect"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
@@ -123,14 +129,14 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
             page.goto(f"{ui}/deployments")
             page.get_by_role("link", name="nightly").first.click()
             expect(page.get_by_text("coevolve-process").first).to_be_visible()
-            page.screenshot(path=str(shots / "1-deployment.png"))
+            shoot(page, "1-deployment.png", full_page=False)
 
             # 2. Run > Custom run: the form shows every parameter with its description
             page.get_by_role("button", name="Run", exact=True).click()
             page.get_by_text("Custom run").click()
             expect(page.get_by_text("rounds_per_run").first).to_be_visible()
             expect(page.get_by_text("Empty = the embedded default").first).to_be_visible()
-            page.screenshot(path=str(shots / "2-custom-run-form.png"), full_page=True)
+            shoot(page, "2-custom-run-form.png")
 
             # 3. changed parameters: tiny config, 1 round, a temporary store, its own run name
             page.locator("input.p-text-input__control").first.fill("ui-custom-run")  # the flow run's name
@@ -145,7 +151,7 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
             page.keyboard.press("Delete")
             page.keyboard.insert_text(json.dumps(overrides))
             expect(page.get_by_text('"train.checkpoint_dir"').first).to_be_visible()
-            page.screenshot(path=str(shots / "3-custom-run-filled.png"), full_page=True)
+            shoot(page, "3-custom-run-filled.png")
             page.get_by_role("button", name="Submit").click()
 
             # 4. back on the deployment, open the new run and wait for Completed (the worker runs it)
@@ -160,13 +166,13 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
             assert state == "COMPLETED", f"the run ended {state}:\n" + (tmp_path / "worker.log").read_text()[-3000:]
             page.goto(run_url)
             expect(page.get_by_text("Completed", exact=True).first).to_be_visible(timeout=60_000)
-            page.screenshot(path=str(shots / "4-run-completed.png"), full_page=True)
+            shoot(page, "4-run-completed.png")
 
             # 5. its artifacts: the run's table of rounds
             page.goto(run_url)
             page.get_by_text("Artifacts", exact=True).first.click()
             expect(page.get_by_text("coevolve-from-the-ui").first).to_be_visible()
-            page.screenshot(path=str(shots / "5-run-artifacts.png"), full_page=True)
+            shoot(page, "5-run-artifacts.png")
 
             # 6. the round's subflow run, named after its round, and its summary artifact
             page.get_by_text("Subflow Runs", exact=True).first.click()
@@ -176,7 +182,7 @@ def test_custom_run_from_the_ui_completes_and_shows_its_round_summary(prefect_se
             page.get_by_text(re.compile(r"coevolve-from-the-ui-round-1|from-the-ui: round 1 summary")).first.click()
             expect(page.get_by_text("from-the-ui: round 1 summary").first).to_be_visible()
             expect(page.get_by_text("held-out score").first).to_be_visible()
-            page.screenshot(path=str(shots / "6-round-summary.png"), full_page=True)
+            shoot(page, "6-round-summary.png")
             browser.close()
     finally:
         stop(worker, timeout_s=20)
