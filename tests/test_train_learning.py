@@ -112,7 +112,6 @@ def _reward(cfg, checkpoint: str, tasks) -> float:
     return sum(r.score.reward for r in results) / len(results)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_thirty_grpo_steps_raise_the_reward_on_synthesized_tasks(tmp_path):
     tasks = learning_tasks()
