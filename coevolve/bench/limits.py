@@ -63,8 +63,7 @@ def linear_params(model_name_or_config: Any) -> int:
     up and down, every layer; not the embedding nor the output head), from its config: a
     token costs 2 FLOPs per weight forward and as many again for its gradient backward."""
     cfg = _text_config(model_name_or_config)
-    d = cfg.hidden_size
-    head_dim = getattr(cfg, "head_dim", None) or d // cfg.num_attention_heads
+    d, head_dim = cfg.hidden_size, _head_dim(cfg)
     q = cfg.num_attention_heads * head_dim
     kv = (getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads) * head_dim
     return cfg.num_hidden_layers * (2 * d * q + 2 * d * kv + 3 * d * cfg.intermediate_size)
@@ -76,8 +75,7 @@ def attention_width(model_name_or_config: Any) -> int:
     score, 2 for weighing its value), and 8 more backward (the gradients of the scores, the
     values, the query and the key)."""
     cfg = _text_config(model_name_or_config)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return cfg.num_hidden_layers * cfg.num_attention_heads * head_dim
+    return cfg.num_hidden_layers * cfg.num_attention_heads * _head_dim(cfg)
 
 
 def head_params(model_name_or_config: Any) -> int:
@@ -85,6 +83,10 @@ def head_params(model_name_or_config: Any) -> int:
     whose next-token distribution is computed costs 2 FLOPs per weight."""
     cfg = _text_config(model_name_or_config)
     return cfg.vocab_size * cfg.hidden_size
+
+
+def _head_dim(cfg: Any) -> int:
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
 def _text_config(model_name_or_config: Any) -> Any:
