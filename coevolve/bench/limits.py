@@ -112,8 +112,7 @@ def kv_bytes_per_token(model: torch.nn.Module, dtype: torch.dtype) -> int:
     """KV cache bytes one token of context holds (every layer, keys and values)."""
     cfg = cast(Any, model).config.get_text_config(decoder=True)
     heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return 2 * cfg.num_hidden_layers * heads * head_dim * torch.empty(0, dtype=dtype).element_size()
+    return 2 * cfg.num_hidden_layers * heads * _head_dim(cfg) * torch.empty(0, dtype=dtype).element_size()
 
 
 def _engine(policy: Any, prompts: list[list[int]], new_tokens: int) -> dict[str, float]:
