@@ -191,3 +191,38 @@ def test_signal_value_on_the_embedded_default(default_store):
     b = got[(2, "boundary")]
     assert (b["signals"], b["yielded_tasks"], b["success_next"], b["eval_next"]) == (2, 2, None, None)
     assert got[(1, "boundary")]["yielded_tasks"] == 0
+
+
+def test_report_parameters_whose_header_says_empty_is_all_default_to_it(default_store, tmp_path):
+    """`--file sql/reports/task_lineage.sql` without `--param task_id=`: every task, as its
+    header's `'' = every task` says; a parameter declared without that default stays required."""
+    from coevolve.cli.sql import header_defaults
+
+    for path in REPORTS:
+        text = path.read_text()
+        assert header_defaults(text) == ({"task_id": ""} if "$task_id" in text else {}), path.name
+    rows = _json(default_store, "--file", "sql/reports/task_lineage.sql")
+    assert len(rows) == _json(default_store, "select count(*) as n from tasks")[0]["n"]
+    (one,) = _json(default_store, "--file", "sql/reports/task_lineage.sql", "--param", f"task_id={rows[0]['task_id']}")
+    assert one["task_id"] == rows[0]["task_id"]
+    required = tmp_path / "required.sql"
+    required.write_text(
+        "-- required: a report with a parameter that has no default.\n"
+        "-- Parameters: $round_no (a round), $name (a signal type;\n"
+        "--             '' = all).\n"
+        "-- Columns: n.\n"
+        "select count(*) as n from tasks where created_round = $round_no and ($name = '' or signal_type = $name)\n"
+    )
+    assert header_defaults(required.read_text()) == {"name": ""}
+    out = runner.invoke(app, ["sql", "--store", default_store, "--file", str(required)])
+    assert out.exit_code == 2 and "round_no" in out.output
+    assert _json(default_store, "--file", str(required), "--param", "round_no=0")[0]["n"] > 0
+
+
+def test_sql_help_lists_every_view():
+    from coevolve.schemas import TABLES
+
+    out = runner.invoke(app, ["sql", "--help"], terminal_width=400)
+    assert out.exit_code == 0
+    text = " ".join(out.output.split())
+    assert all(name in text for name in TABLES), [n for n in TABLES if n not in text]

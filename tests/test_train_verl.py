@@ -240,6 +240,22 @@ def test_cli_dry_run_prints_config_and_launch_command(tmp_path):
     assert len(exported) == 1 and exported[0].parent.name.endswith("-verl")
 
 
+def test_cli_dry_run_on_a_store_without_a_pool_says_it_runs_round_0(tmp_path):
+    """The dry run exports the pool's train split, so a store without a pool gets round 0 first,
+    and says so; an environment round 0 cannot synthesize from is one error line, not a traceback."""
+    from typer.testing import CliRunner
+
+    from coevolve.cli import app
+
+    args = ["train", "--backend", "verl", "--dry-run", "--store", str(tmp_path / "store")]
+    args += ["--set", "env.name=test-pick", "--set", "policy.model=tiny"]
+    result = CliRunner().invoke(app, [*args, "--set", f"train.checkpoint_dir={tmp_path / 'ckpt'}"])
+    assert result.exit_code == 2, result.output  # fail()'s exit; a traceback would be 1
+    out = " ".join(result.output.split())
+    assert "has no task pool: running round 0 first" in out and "offers no training states" in out
+    assert not (tmp_path / "ckpt").exists()
+
+
 def test_agent_loop_hands_a_text_answer_to_the_environment():
     """A message without tool calls ends the turn and, for environments that score the
     turn's text (AgentDojo's utility checks read it), reaches ``Episode.reply``."""

@@ -52,7 +52,7 @@ def bench_signals(
     pandas_max_rows: int = typer.Option(30_000_000, help="Skip the pandas reference above this many rows."),
     keep: bool = typer.Option(False, help="Keep the generated log (a temporary store is deleted otherwise)."),
 ) -> None:
-    """Time the three signal queries against a vectorized pandas reference on a synthetic log."""
+    """Time the five built-in signal queries against a vectorized pandas reference on a synthetic log."""
     from coevolve.bench.signals import bench
     from coevolve.config import SignalsConfig
 

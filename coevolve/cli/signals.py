@@ -13,7 +13,7 @@ from enum import Enum
 import typer
 
 from coevolve.cli.app import app
-from coevolve.cli.common import console, load_config_or_fail, open_store_or_fail, parse_sets
+from coevolve.cli.common import console, fail, load_config_or_fail, open_store_or_fail, parse_sets
 
 
 class OutputFormat(str, Enum):
@@ -57,6 +57,26 @@ _SUMMARY = {
 }
 
 
+def _check_rollouts(st, run_id: str, round_no: int) -> None:
+    """Exit naming what the store has when it holds no rollouts of ``run_id`` in ``round_no``
+    (mining them would write an empty signals part under a run or round that is not there)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    rounds = st.read("rollouts", filter=ds.field("run_id") == run_id, columns=["round"]).column("round")
+    if round_no in set(rounds.to_pylist()):
+        return
+    if len(rounds):
+        have = ", ".join(str(r) for r in sorted(set(rounds.to_pylist())))
+        fail(f"run {run_id!r} has no rollouts in round {round_no} of {st.uri} (its rounds: {have}); nothing mined")
+    runs = sorted(pc.unique(st.read("rollouts", columns=["run_id"]).column("run_id")).to_pylist())
+    have = ", ".join(repr(r) for r in runs) if runs else "none"
+    fail(
+        f"{st.uri} has no rollouts of run {run_id!r} (runs there: {have}); pass --run NAME or the run's "
+        "--config; nothing mined"
+    )
+
+
 @app.command()
 def signals(
     round_no: int = typer.Option(..., "--round", "-r", help="The round whose signals to show."),
@@ -81,6 +101,7 @@ def signals(
     st = open_store_or_fail(store or cfg.store, cfg.s3)
     table = st.read("signals", filter=(ds.field("run_id") == run_id) & (ds.field("round") == round_no))
     if mine or table.num_rows == 0:
+        _check_rollouts(st, run_id, round_no)
         table = mine_signals(st, cfg.signals, run_id, round_no)
         console.print(
             f"mined from the rollouts of run {run_id!r} round {round_no} and written to the store", style="dim"

@@ -63,6 +63,30 @@ def print_vertical(names: list[str], rows: list[dict], width: int) -> None:
                 )
 
 
+def header_defaults(text: str) -> dict[str, str]:
+    """The parameters a query file's header declares with ``''`` meaning "all", each as ``''``:
+    ``-- Parameters: $task_id (a task id; '' = every task).`` gives ``{"task_id": ""}``, so that
+    ``--file sql/reports/task_lineage.sql`` without ``--param`` reports every task. Parameters
+    declared without such a default stay required (DuckDB names the missing one)."""
+    import re
+
+    lines = text.splitlines()
+    block: list[str] = []
+    for i, line in enumerate(lines):
+        if not line.startswith("--"):
+            break  # the header is the file's leading comment block
+        if line[2:].strip().lower().startswith("parameters:"):
+            block.append(line[2:])
+            # continuation lines: indented comments before the next "-- Name:" field
+            for more in lines[i + 1 :]:
+                if not more.startswith("--") or re.match(r"--\s?[A-Z][\w ]*:", more):
+                    break
+                block.append(more[2:])
+            break
+    declared = re.findall(r"\$(\w+)\s*\(([^)]*)\)", " ".join(block))
+    return {name: "" for name, note in declared if re.search(r"''\s*=", note)}
+
+
 def _flat(table):
     """CSV has no nested types: write lists and structs as JSON text."""
     import json
@@ -80,7 +104,7 @@ def _flat(table):
 def sql(
     query: str = typer.Argument(
         None,
-        help="SQL over the views: tasks, pool_versions, rollouts, signals, explorations, candidates, rounds, train_steps.",
+        help="SQL over the views: tasks, pool_versions, rollouts, signals, explorations, candidates, rounds, ablations, train_steps.",
     ),
     file: Path = typer.Option(
         None, "--file", help="Run the query in this file instead (e.g. sql/reports/pool_growth.sql)."
@@ -89,7 +113,8 @@ def sql(
         [],
         "--param",
         "-p",
-        help="A named parameter of the query: --param task_id=abc (repeatable; values parsed as YAML scalars).",
+        help="A named parameter of the query: --param task_id=abc (repeatable; values parsed as YAML scalars). "
+        "A --file report's parameters whose header says '' = all default to ''.",
     ),
     store: str = typer.Option(".coevolve/store", "--store", "-s", help="Local directory or s3://bucket/prefix."),
     format: OutputFormat = typer.Option(
@@ -115,6 +140,8 @@ def sql(
         query = file.read_text()
     # "key=" is the empty string (YAML would read it as null, which matches nothing in SQL)
     params = {k: "" if v is None else v for k, v in parse_sets(param).items()}
+    if file is not None:  # a report's optional parameters ('' = all) default to ''
+        params = {**header_defaults(query), **params}
     try:
         check_read_only(query)
     except ReadOnlyError as exc:
