@@ -60,9 +60,9 @@ def test_params_read_enums_from_bfcl_descriptions(env, tasks):
     docs = {d["name"]: d for d in env.function_docs(env.load_tasks(ids=["multi_turn_base_50"])[0])}
     start = {p.name: p for p in param_roles(docs["startEngine"], env.value_roles())}
     assert start["ignitionMode"].enum == ("START", "STOP") and start["ignitionMode"].required
-    currency = {p.name: p for p in param_roles(docs.get("compute_exchange_rate", {}), env.value_roles())}
-    if currency:  # an enum listed without brackets: "[Enum]: USD, RMB, EUR"
-        assert "USD" in currency["base_currency"].enum
+    travel = {d["name"]: d for d in env.function_docs(env.load_tasks(ids=["multi_turn_base_150"])[0])}
+    currency = {p.name: p for p in param_roles(travel["compute_exchange_rate"], env.value_roles())}
+    assert "USD" in currency["base_currency"].enum  # an enum listed without brackets: "[Enum]: USD, RMB, EUR"
     assert fits(["a", "b"], "array") and not fits(True, "integer") and fits(1, "float")
 
 

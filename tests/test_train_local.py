@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+import torch
 
 from coevolve.config import load_config
 from coevolve.envs.base import EpisodeScore, Observation, ToolCall
@@ -113,7 +114,14 @@ def _config(tmp_path, **train):
     )
 
 
-def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempotently(tmp_path, one_thread):
+def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempotently(
+    tmp_path, one_thread, monkeypatch
+):
+    import coevolve.train.local as local
+
+    # the tiny model earns the same reward on every sample of a group, which skips the update:
+    # give the groups a spread so that both steps update
+    monkeypatch.setattr(local, "group_advantages", lambda rewards, ids: torch.tensor([1.0, -1.0] * (len(rewards) // 2)))
     tasks = PickEnvironment().load_tasks(limit=8)
     store = Store(str(tmp_path / "store"))
     cfg = _config(
@@ -136,13 +144,22 @@ def test_lora_kl_accumulation_round_saves_a_merged_checkpoint_and_reruns_idempot
     assert {r["epoch"] for r in rows} == {0} and {r["policy_version"] for r in rows} == {"tiny"}
     from transformers import AutoModelForCausalLM
 
+    from coevolve.policy.models import resolve_model
+
     merged = AutoModelForCausalLM.from_pretrained(first.checkpoint)  # plain HF weights, no adapters
-    assert not any("lora" in name for name, _ in merged.named_parameters())
+    names = [name for name, _ in merged.named_parameters()]
+    assert not any("lora" in name for name in names)
+    # the adapters were merged in: every LoRA target projection moved away from the base weights
+    base = dict(AutoModelForCausalLM.from_pretrained(resolve_model("tiny")).named_parameters())
+    trained = dict(merged.named_parameters())
+    projections = [n for n in names if n.endswith("proj.weight")]
+    assert projections and all(not torch.equal(trained[n], base[n]) for n in projections)
+    assert torch.equal(trained["model.norm.weight"], base["model.norm.weight"])  # LoRA trains projections only
     assert 0.0 <= first.mean_reward <= 1.0
     # the rerun replaced the first run's train_steps rows too; LoRA's reference (adapters off) gives a KL
     steps = store.read("train_steps").to_pylist()
-    assert len({(r["step"], r["epoch"]) for r in steps}) == len(steps)
-    assert all(r["kl"] >= 0 for r in steps)
+    assert sorted((r["step"], r["epoch"]) for r in steps) == [(1, 0), (2, 0)]
+    assert all(r["kl"] >= 0 for r in steps) and any(r["kl"] > 0 for r in steps)
     # each computed token attends to at least itself, and a whole sequence to fewer than its square
     assert all(r["n_computed_tokens"] <= r["n_attended_keys"] <= r["n_computed_tokens"] ** 2 for r in steps)
 
