@@ -13,7 +13,12 @@ its reference calls
   create (a new file name, a message, an amount; ``coevolve.values.role_problem``);
 - **fails** (``failing goal``): its result is an error or a failure result ("Stock not
   found", a zip code 00000, a false verification; ``Environment.observation_error``), so the
-  instruction would ask for something the reference never achieves.
+  instruction would ask for something the reference never achieves;
+- is a request **no user would make** in the state it meets (``odd request``: a move that
+  would rename, an order far from the stock's price, following oneself;
+  ``Episode.request_problem`` where the environment has one);
+- **is undone** by its turn (``undone``): a later call of the turn reverses it (a stock added
+  to the watchlist and removed again, a deposit and an equal withdrawal; ``reversed_calls``).
 
     problems = task_problems(env, task)        # [] when the task passes every rule
     reason = quality_reason(env, task)         # the first problem, as a validation reason
@@ -27,10 +32,11 @@ from coevolve.envs.base import Environment
 from coevolve.types import ToolCall
 from coevolve.explorers.base import observed_error, result_data
 from coevolve.roles import ParamRole, param_roles
+from coevolve.reversals import reversed_calls
 from coevolve.values import ValuePool, role_problem
 from coevolve.tasks import Task
 
-RULES = ("filler", "wrong role", "failing goal")
+RULES = ("filler", "wrong role", "failing goal", "odd request", "undone")
 
 
 def rule_of(problem: str) -> str:
@@ -66,10 +72,14 @@ def task_problems(env: Environment, task: Task) -> list[str]:
         episode = env.episode(task)
     except Exception as exc:  # a spec the environment cannot open is judged elsewhere (pass 1)
         return [f"failing goal: the environment cannot open the task ({type(exc).__name__})"]
+    judge = getattr(episode, "request_problem", None)
     for t, calls in enumerate(task.reference_actions):
         episode.user_message(t)
         for call in calls:
             name, args = call.get("name", ""), call.get("arguments") or {}
+            odd = judge(ToolCall(name, args)) if judge is not None else None
+            if odd:
+                problems.append(f"odd request: turn {t} {odd}")
             params: dict[str, ParamRole] = {p.name: p for p in param_roles(docs.get(name, {}), table)}
             for key, value in args.items():
                 p = params.get(key)
@@ -90,6 +100,17 @@ def task_problems(env: Environment, task: Task) -> list[str]:
                     for v in value if isinstance(value, list) else [value]:
                         pool.add(params[key].role, v, "arg")
         episode.end_turn()
+    return problems + undone_calls(env, task)
+
+
+def undone_calls(env: Environment, task: Task) -> list[str]:
+    """The ``undone`` problems of ``task`` (module docstring), turn by turn."""
+    problems: list[str] = []
+    done: list[dict[str, Any]] = []  # the calls of the earlier turns
+    for t, calls in enumerate(task.reference_actions):
+        for i in reversed_calls(env, task, done, calls):
+            problems.append(f"undone: turn {t} {calls[i].get('name', '')} is reversed by a later call of the turn")
+        done += calls
     return problems
 
 

@@ -77,7 +77,10 @@ class RoleTable:
     - ``new``: ``"function.param"`` that names a thing the call creates (``mkdir.dir_name``):
       a made-up value is tried first, since an existing one would only collide;
     - ``existing``: creatable roles whose values must otherwise exist (``cat`` reads a file
-      that is there: a name is made up only where a call creates it).
+      that is there: a name is made up only where a call creates it);
+    - ``bound``: role -> ``(entity role, attribute, low, high)``: in a call that also names an
+      entity of that role, a value is made from the entity's attribute in the state, times a
+      factor in ``[low, high]`` (a limit price near *its* stock's price, not another's).
     """
 
     params: dict[str, str] = field(default_factory=dict)
@@ -91,6 +94,7 @@ class RoleTable:
     new: frozenset[str] = frozenset()  # "function.param" naming a thing the call creates: made up first
     existing: frozenset[str] = frozenset()  # creatable roles made up only for ``new`` parameters
     alias_via: dict[str, str] = field(default_factory=dict)  # role -> the role of its aliases (a mapping tool's input)
+    bound: dict[str, tuple[str, str, float, float]] = field(default_factory=dict)
 
     def accepts(self, param_role: str, value_role: str) -> bool:
         return value_role == param_role or value_role in self.compatible.get(param_role, ())

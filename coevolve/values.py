@@ -48,6 +48,7 @@ class ValuePool:
         self.by_role: dict[str, list[Any]] = defaultdict(list)
         self.sources: dict[str, str] = {}  # json(value)+role -> kind
         self.fresh: list[tuple[str, Any]] = []  # (role, value) revealed by the latest result
+        self.attributes: dict[str, dict[str, Any]] = {}  # _k(role, entity) -> its numeric fields (a stock's price)
         for role, values in self.table.known.items():
             for v in values:
                 self.add(role, v, "known")
@@ -83,6 +84,25 @@ class ValuePool:
     def source(self, role: str, value: Any) -> str | None:
         return self.sources.get(self._k(role, value))
 
+    def attribute(self, role: str, entity: Any, name: str) -> Any:
+        """A numeric field of an entity the state or a result listed (``stocks``' NVDA: its price)."""
+        return self.attributes.get(self._k(role, entity), {}).get(name)
+
+    def bound_value(self, p: ParamRole, context: dict[str, list[Any]], rng: random.Random) -> Any:
+        """For a role the table binds to an entity (``RoleTable.bound``), a value made from the
+        attribute of the entity the call names (``context``: role -> the call's values so far);
+        None when the call names none with that attribute."""
+        spec = self.table.bound.get(p.role)
+        if spec is None:
+            return None
+        entity_role, name, low, high = spec
+        for entity in context.get(entity_role, []):
+            base = self.attribute(entity_role, entity, name)
+            if isinstance(base, (int, float)) and not isinstance(base, bool) and base > 0:
+                value = round(base * rng.uniform(low, high), 2)
+                return int(value) if p.type == "integer" else value
+        return None
+
     def harvest(self, obj: Any, kind: str = "state", function: str = "", key: str = "") -> None:
         """Record every scalar of ``obj`` under the role of its nearest key (dict keys too,
         where the table says what they are)."""
@@ -93,6 +113,9 @@ class ValuePool:
             for k, v in obj.items():
                 if krole:
                     self._add(krole, k, kind)
+                    if isinstance(v, dict):
+                        fields = {f: x for f, x in v.items() if isinstance(x, (int, float)) and not isinstance(x, bool)}
+                        self.attributes.setdefault(self._k(krole, k), {}).update(fields)
                 if isinstance(v, dict) and v.get("type") in ("file", "directory"):
                     self._add("file" if v["type"] == "file" else "dir", k, kind)
                 if krole and not isinstance(v, (dict, list)):
@@ -140,11 +163,22 @@ class ValuePool:
         return out
 
     def pick(
-        self, p: ParamRole, rng: random.Random, bad: frozenset[str] | set[str] = frozenset(), function: str = ""
+        self,
+        p: ParamRole,
+        rng: random.Random,
+        bad: frozenset[str] | set[str] = frozenset(),
+        function: str = "",
+        context: dict[str, list[Any]] | None = None,
     ) -> Any:
         """A value for ``p``, or None when no value of its role is known and none may be made:
-        for a parameter naming a new thing, a made-up value; else known values first (a fresh
-        result most often), then the enum, then a generator. Arrays get 1-4 such values."""
+        for a role bound to an entity the call names (``context``: role -> the call's values so
+        far), a value made from that entity (``bound_value``); for a parameter naming a new
+        thing, a made-up value; else known values first (a fresh result most often), then the
+        enum, then a generator. Arrays get 1-4 such values."""
+        if context and p.type != "array":
+            value = self.bound_value(p, context, rng)
+            if value is not None and json.dumps(value, default=str) not in bad:
+                return value
         if p.type == "array":
             k = rng.randint(2, 4) if p.role in ("number",) else rng.randint(1, 2)
             items: list[Any] = []

@@ -199,3 +199,146 @@ def test_a_task_from_the_pool_format_round_trips_through_the_gate(env, states):
     fs = _with_classes(states, "GorillaFileSystem")
     task = Task.from_json(_task(fs, ["Show me where I am."], [[{"name": "pwd", "arguments": {}}]]).to_json())
     assert quality_reason(env, task) is None
+
+
+def _stocks(state) -> dict:
+    return state.initial_state["initial_config"]["TradingBot"]["stocks"]
+
+
+def test_requests_no_user_would_make_are_odd_and_reversed_changes_undone(env, states):
+    trading = next(t for t in states if (t.initial_state["initial_config"].get("TradingBot") or {}).get("stocks"))
+    stocks = _stocks(trading)
+    cheap, dear = (
+        sorted(stocks, key=lambda s: stocks[s]["price"])[0],
+        sorted(stocks, key=lambda s: stocks[s]["price"])[-1],
+    )
+    # Buy the cheapest stock at the dearest one's price: every value of its role, no user's order
+    at_other_price = _task(
+        trading,
+        [f"Buy 10 shares of {cheap} at {stocks[dear]['price']}."],
+        [
+            [
+                {
+                    "name": "place_order",
+                    "arguments": {"order_type": "Buy", "symbol": cheap, "price": stocks[dear]["price"], "amount": 10},
+                }
+            ]
+        ],
+    )
+    near_price = _task(
+        trading,
+        [f"Buy 10 shares of {cheap} at {stocks[cheap]['price']}."],
+        [
+            [
+                {
+                    "name": "place_order",
+                    "arguments": {"order_type": "Buy", "symbol": cheap, "price": stocks[cheap]["price"], "amount": 10},
+                }
+            ]
+        ],
+    )
+    added_then_removed = _task(
+        trading,
+        [f"Add {cheap} to my watchlist and remove it again."],
+        [
+            [
+                {"name": "add_to_watchlist", "arguments": {"stock": cheap}},
+                {"name": "remove_stock_from_watchlist", "arguments": {"symbol": cheap}},
+            ]
+        ],
+    )
+    assert [rule_of(p) for p in task_problems(env, at_other_price)] == ["odd request"]
+    assert f"far from {cheap}'s price" in task_problems(env, at_other_price)[0]
+    assert task_problems(env, near_price) == []
+    assert task_problems(env, added_then_removed) == [
+        "undone: turn 0 add_to_watchlist is reversed by a later call of the turn"
+    ]
+    fs = start_task(_with_classes(states, "GorillaFileSystem"))
+    # creating a file, then writing into it (echo would create it too): no reversal
+    touch_echo = _task(
+        fs,
+        ["Create notes.txt and write 'hello' into it."],
+        [
+            [
+                {"name": "touch", "arguments": {"file_name": "notes.txt"}},
+                {"name": "echo", "arguments": {"content": "hello", "file_name": "notes.txt"}},
+            ]
+        ],
+    )
+    assert task_problems(env, touch_echo) == []
+    # a file moved into a folder of the current folder is a move; to a name found elsewhere, a rename no one asked for
+    ep = env.episode(fs)
+    here = json.loads(ep.step(ToolCall("ls", {})).content)["current_directory_content"]
+    folder = next(n for n in here if "." not in n)
+    moved = _task(
+        fs,
+        [f"Create a.txt and move it to {folder}."],
+        [
+            [
+                {"name": "touch", "arguments": {"file_name": "a.txt"}},
+                {"name": "mv", "arguments": {"source": "a.txt", "destination": folder}},
+            ]
+        ],
+    )
+    assert task_problems(env, moved) == []
+    inside = json.loads(env.episode(fs).step(ToolCall("find", {"path": folder})).content)["matches"]
+    elsewhere = next(p.rsplit("/", 1)[-1] for p in inside if p.rsplit("/", 1)[-1] not in here)
+    renamed = _task(
+        fs,
+        ["x"],
+        [
+            [
+                {"name": "touch", "arguments": {"file_name": "a.txt"}},
+                {"name": "mv", "arguments": {"source": "a.txt", "destination": elsewhere}},
+            ]
+        ],
+    )
+    odd = [p for p in task_problems(env, renamed) if rule_of(p) == "odd request"]
+    assert len(odd) == 1 and "a name found elsewhere" in odd[0], odd
+
+
+def test_a_price_is_picked_near_the_stock_the_call_names(env, states):
+    trading = next(t for t in states if (t.initial_state["initial_config"].get("TradingBot") or {}).get("stocks"))
+    stocks = _stocks(trading)
+    pool = ValuePool(env.value_roles())
+    pool.harvest(env.state_data(trading.initial_state), "state")
+    doc = next(d for d in env.function_docs(trading) if d["name"] == "place_order")
+    price = next(p for p in param_roles(doc, env.value_roles()) if p.name == "price")
+    for symbol in stocks:
+        for seed in range(5):
+            value = pool.pick(price, random.Random(seed), function="place_order", context={"stock_symbol": [symbol]})
+            assert abs(value / stocks[symbol]["price"] - 1) <= 0.03 + 1e-9, (symbol, value)
+    # without a symbol to bind to, a price still comes from the state's prices
+    assert pool.pick(price, random.Random(0), function="place_order") is not None
+
+
+def test_things_the_task_made_are_referred_to_never_quoted_by_their_new_ids(env, states):
+    ticket = start_task(_with_classes(states, "TicketAPI"))
+    docs = {d["name"]: d for d in env.function_docs(ticket)}
+    ep = env.episode(ticket)
+    steps = []
+    for name, args in [
+        ("ticket_login", {"username": "emma_ops", "password": "Blue#123x"}),
+        ("create_ticket", {"title": "Login issue"}),
+        ("create_ticket", {"title": "Refund request"}),
+    ]:
+        obs = ep.step(ToolCall(name, args))
+        steps.append((name, args, obs.content, env.observation_error(obs)))
+    first, second = (json.loads(content)["id"] for _, _, content, _ in steps[1:])
+    for name, args in [
+        ("edit_ticket", {"ticket_id": second, "updates": {"priority": 4}}),
+        ("get_ticket", {"ticket_id": first}),
+    ]:
+        obs = ep.step(ToolCall(name, args))
+        steps.append((name, args, obs.content, env.observation_error(obs)))
+    assert all(e is None for *_, e in steps)
+    rows = [
+        {"step": i, "action_name": n, "action_args": json.dumps(a), "observation": o, "error": e}
+        for i, (n, a, o, e) in enumerate(steps)
+    ]
+    ((turns, reference),) = TemplateAbstractor(load_config(overrides={"abstract.max_turns": 1})).abstract(
+        [Run("s1", "boundary", 0, ticket, rows, docs)]
+    )
+    text = " ".join(turns)
+    assert "the second ticket you created" in text and "the first ticket you created" in text, text
+    assert f"ticket {first}" not in text and f"ticket {second}" not in text, text

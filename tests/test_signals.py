@@ -342,6 +342,30 @@ def test_rare_patterns_with_argument_keys(tmp_path):
     }
 
 
+def test_calls_of_functions_the_environment_lacks_are_no_rare_actions(rare_log, tmp_path):
+    """A model that invents ``scale`` in two episodes repeats a pattern as rare as the planted
+    mv > cp; it is no behaviour to explore (the environments' error: "unknown function ...")."""
+    store, _ = rare_log
+    rows = store.read("rollouts").to_pylist()
+    invented = episode("t0", actions=["scale", "scale"]) + episode("t1", actions=["scale", "scale"])
+    for r in invented:
+        r["error"] = "unknown function 'scale'"
+    mixed = make_store(tmp_path / "mixed", rows + invented)
+    got = found(mixed)["rare"]
+    assert keys(got, "pattern") == {"mv > cp", "g > h"}  # as without the invented calls
+    # the same calls, had they reached a tool, would be a rare pattern of their own
+    for r in invented:
+        r["error"] = "scale: value out of range"
+    real = make_store(tmp_path / "real", rows + invented)
+    assert "scale > scale" in keys(found(real)["rare"], "pattern")
+    # the pandas reference drops them too
+    cfg = SignalsConfig()
+    assert (
+        compare(canonical(run_queries(connect(mixed), cfg, RUN, 2)), canonical(pandas_signals(mixed.root, cfg, RUN, 2)))
+        == []
+    )
+
+
 # --------------------------------------------------------------------------- the runner
 def test_mine_signals_budget_is_new_ids_and_rewrites(tmp_path):
     T, F = True, False
@@ -499,3 +523,18 @@ def test_cli_signals_and_bench(forgetting_log, tmp_path):
     assert res.exit_code == 0, res.output
     assert "results identical" in res.output and "forgetting" in res.output and "recovered" in res.output
     assert "uncertainty" in res.output and "reward_hacking" in res.output  # every built-in, five
+
+
+def test_cli_signals_names_the_runs_and_rounds_there(forgetting_log):
+    """A run or round the store has no rollouts of: a message naming what it has, nothing written."""
+    from coevolve.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["signals", "--store", forgetting_log.uri, "--round", "1"])  # run 'default'
+    assert res.exit_code == 2
+    out = " ".join(res.output.split())
+    assert "no rollouts of run 'default'" in out and "runs there: 'other', 'run'" in out and "nothing mined" in out
+    res = runner.invoke(app, ["signals", "--store", forgetting_log.uri, "--run", RUN, "--round", "7", "--mine"])
+    assert res.exit_code == 2
+    assert f"run '{RUN}' has no rollouts in round 7" in " ".join(res.output.split())
+    assert forgetting_log.read("signals").num_rows == 0

@@ -114,7 +114,7 @@ def test_pool_figures(store, env):
     f = report["overall"]
     assert f["tasks"] == 3 and f["passing"] == 1 and f["passing_share"] == round(1 / 3, 4)
     # filler: filler + failing goal; fail: wrong role ('Foo' is no company) + failing goal
-    assert f["rule_counts"] == {"filler": 1, "wrong role": 1, "failing goal": 2}
+    assert f["rule_counts"] == {"filler": 1, "wrong role": 1, "failing goal": 2, "odd request": 0, "undone": 0}
     assert f["rule_shares"]["failing goal"] == round(2 / 3, 4)
     assert f["examples"]["filler"] == ["filler: filler: get_zipcode_based_on_city.city='city 72'"]
     assert f["turns_hist"] == {"1": 1, "2": 1, "3": 1, "4": 0, "5": 0, "6+": 0} and f["turns_mean"] == 2.0

@@ -33,6 +33,8 @@ def G(kind: str, *texts: str, **values: dict[Any, str]) -> Goal:
     return Goal(kind, texts, dict(values))
 
 
+_CLASSES = {"first": "first-class", "business": "business-class"}  # "a first flight" reads wrong
+
 GOALS: dict[str, Goal] = {
     # ------------------------------------------------------------ GorillaFileSystem
     "cat": G("answer", "show me what {file_name} contains"),
@@ -180,6 +182,7 @@ GOALS: dict[str, Goal] = {
         "do",
         "book a {travel_class} flight from {travel_from} to {travel_to} on {travel_date} with card {card_id} "
         "using my access token {access_token}",
+        travel_class=_CLASSES,
     ),
     "cancel_booking": G("do", "cancel booking {booking_id} using my access token {access_token}"),
     "compute_exchange_rate": G("answer", "convert {value} {base_currency} to {target_currency}"),
@@ -190,7 +193,9 @@ GOALS: dict[str, Goal] = {
         "answer", "tell me the balance of card {card_id} using my access token {access_token}"
     ),
     "get_flight_cost": G(
-        "answer", "tell me what a {travel_class} flight from {travel_from} to {travel_to} on {travel_date} costs"
+        "answer",
+        "tell me what a {travel_class} flight from {travel_from} to {travel_to} on {travel_date} costs",
+        travel_class=_CLASSES,
     ),
     "get_nearest_airport_by_city": G("answer", "find the airport nearest to {location}"),
     "list_all_airports": G("answer", "list every airport"),

@@ -4,7 +4,8 @@ From the run's successful calls to a task, in four steps:
 
 1. **effects**: the calls are replayed in a fresh episode from the run's start state; a call
    whose replay leaves the state unchanged (``Episode.state_fingerprint``, timestamps aside)
-   changed nothing;
+   changed nothing, and a change a later call reverses (added then removed, set and set back)
+   is dropped with what reverses it (``drop_undone``);
 2. **selection**: calls that changed the state stay; of the calls that changed nothing, an
    answer a user would ask for (``cat``, ``get_stock_info``, ``add``: kind ``answer`` in
    ``goals.GOALS``) stays unless the same call was already kept with no change since
@@ -36,12 +37,13 @@ from coevolve.config import RunConfig
 from coevolve.envs.base import Environment
 from coevolve.types import ToolCall
 from coevolve.explorers.base import observed_error, result_data
+from coevolve.reversals import reversed_calls
 from coevolve.registry import register, resolve
 from coevolve.roles import RoleTable, param_roles
 from coevolve.values import ValuePool
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
-_NOUN_PLACEHOLDER = re.compile(r"(\b[a-z]+ )?\{(\w+)\}")  # a placeholder and the word before it
+_NOUN_PLACEHOLDER = re.compile(r"((?:\b[a-z]+ ){0,3})\{(\w+)\}")  # a placeholder and up to 3 words before it
 _BARE = re.compile(r"[\w.\-/@:+]+")
 
 
@@ -68,6 +70,20 @@ def replay_effects(env: Environment, run: Run, calls: list[Call]) -> list[Effect
         changed = fingerprint() != before if fingerprint else True
         out.append(Effect(call, changed, obs.content if isinstance(obs.content, str) else str(obs.content)))
     return out
+
+
+def drop_undone(env: Environment, run: Run, effects: list[Effect]) -> list[Effect]:
+    """The effects without the changes later calls of the run reverse ("add NVDA to the
+    watchlist" then "remove NVDA"; a budget set, then set back: ``quality.reversed_calls``),
+    the calls replayed again after each removal so that a call that only worked after a removed
+    one goes too. A task must not ask for what it then asks to undo."""
+    kept = effects
+    while True:
+        calls = [e.call for e in kept]
+        drop = set(reversed_calls(env, run.seed, [], calls))
+        if not drop:
+            return kept
+        kept = replay_effects(env, run, [c for k, c in enumerate(calls) if k not in drop])
 
 
 def goal_of(name: str, doc: dict[str, Any]) -> Goal:
@@ -161,16 +177,20 @@ def clause(call: Call, doc: dict[str, Any], say: Callable[[str, Any], str] | Non
         return render(args[name], goal.values.get(name))
 
     def fill(m: re.Match[str]) -> str:
-        before, name = m.group(1) or "", m.group(2)
+        words, name = (m.group(1) or "").split(), m.group(2)
         if name not in args:
             return m.group(0)
         said = value(name)
-        # "as user {user_id}" said as a reference reads "as that user", not "as user that user"
-        if before and said.startswith(("that ", "the ")) and before.strip() in said.split():
-            return said
-        if before == "a " and said[:1].lower() in "aeiou":  # "an economy flight"
-            before = "an "
-        return before + said
+        # "as user {user_id}" said as a reference reads "as that user", not "as user that user";
+        # "using my access token {access_token}" reads "using that access token"
+        if words and said.startswith(("that ", "the ")) and words[-1] in said.split():
+            while words and words[-1] in said.split():
+                words.pop()
+            if words and words[-1] == "my":
+                words.pop()
+        elif words and words[-1] == "a" and said[:1].lower() in "aeiou":  # "an economy flight"
+            words[-1] = "an"
+        return " ".join([*words, said])
 
     filled = _NOUN_PLACEHOLDER.sub(fill, text)
     rest = [k for k in args if k not in used]
@@ -296,14 +316,19 @@ NOUNS = {
     "event_id": "event",
     "email_id": "email",
     "file_id": "file",
+    "access_token": "access token",
 }
+_NOT_MADE = {"access_token"}  # returned by a change (a login), yet nothing the user made
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth")
 
 
 class Speaker:
-    """How a task's values read, turn by turn: a value an earlier turn created or got back is
-    referred to ("the folder you just created", "that order") when it is the only one of its
-    role so far; a value the environment names otherwise (a stock symbol as its company, where
-    the task can map the name) is said that way; anything else is said as it is."""
+    """How a task's values read, turn by turn: a value the task itself created or got back (not
+    one of the start state's, which the user knows) is referred to, never said raw: "that
+    order", "the folder you just created" when it is the only one of its role so far, "the
+    second ticket you created" among several; a value the environment names otherwise (a stock
+    symbol as its company, where the task can map the name) is said that way; anything else is
+    said as it is."""
 
     def __init__(self, env: Environment, docs: dict[str, dict[str, Any]], start_state: str, rng: Any) -> None:
         self.table = env.value_roles() if hasattr(env, "value_roles") else RoleTable()
@@ -313,6 +338,14 @@ class Speaker:
             role: names for role, names in self.table.aliases.items() if self.table.alias_via.get(role) in offered
         }
         self.start_state = start_state
+        # the values the user knows: those the start state holds, by role
+        self.known = ValuePool(self.table)
+        try:
+            start = json.loads(start_state)
+        except (TypeError, ValueError):
+            start = None
+        if start is not None:
+            self.known.harvest(env.state_data(start) if hasattr(env, "state_data") else start, "state")
         self.docs = docs
         self.env = env
         self.rng = rng
@@ -331,15 +364,33 @@ class Speaker:
         k = self._k(value)
         noun = NOUNS.get(role)
         if noun and not isinstance(value, (list, dict, bool)):
-            for seen in (self.earlier, self.this_turn):
-                if k in seen and sum(1 for r, _ in seen.values() if r == role) == 1:
-                    if seen is self.earlier and seen[k][1] == "created":
-                        return f"the {noun} you just created"
-                    return f"that {noun}"
+            reference = self._reference(k, role, noun)
+            if reference:
+                return reference
         names = self.aliases.get(role)
         if names and not isinstance(value, (list, dict)) and value in names and self.rng.random() < 0.6:
             return names[value]
         return render(value, goal.values.get(param))
+
+    def _reference(self, k: str, role: str, noun: str) -> str | None:
+        """How the user refers to a value this task created or got back, or None (said raw).
+        This turn's values first: "the folder you just created" must not mean an earlier one."""
+        mine = [key for key, (r, _) in self.this_turn.items() if r == role]
+        before = [key for key, (r, _) in self.earlier.items() if r == role]
+        if k in self.this_turn:
+            same, how, here = mine, self.this_turn[k][1], True
+        elif k in self.earlier:
+            same, how, here = before, self.earlier[k][1], False
+        else:
+            return None
+        if len(same) == 1:
+            if how == "created" and not here:
+                return f"the {noun} you created earlier" if mine else f"the {noun} you just created"
+            return f"that {noun}"
+        created = [key for key in same if (self.this_turn if here else self.earlier)[key][1] == "created"]
+        if how == "created" and k in created and created.index(k) < len(_ORDINALS):
+            return f"the {_ORDINALS[created.index(k)]} {noun} you created" + ("" if here else " earlier")
+        return None
 
     def before(self, call: Call) -> None:
         self.call = call
@@ -356,12 +407,13 @@ class Speaker:
             pool = ValuePool(self.table)
             pool.harvest(data, "result", function=effect.call["name"])
             for role, value in pool.fresh:
-                if role in NOUNS:
-                    self._remember(role, value, "returned")
+                if role in NOUNS:  # a new id a change returns is a thing the user made (a ticket, a booking)
+                    made = effect.changed and role not in _NOT_MADE
+                    self._remember(role, value, "created" if made else "returned")
 
     def _remember(self, role: str, value: Any, how: str) -> None:
         k = self._k(value)
-        if isinstance(value, (list, dict, bool)) or k in self.start_state or k in self.earlier:
+        if isinstance(value, (list, dict, bool)) or self.known.source(role, value) or k in self.earlier:
             return
         self.this_turn.setdefault(k, (role, how))
 
@@ -386,7 +438,7 @@ class TemplateAbstractor:
                 out.append("useless run: no call succeeded")
                 continue
             state = json.dumps(run.seed.initial_state)
-            kept = select(replay_effects(self.env, run, calls), run.docs, state)
+            kept = select(drop_undone(self.env, run, replay_effects(self.env, run, calls)), run.docs, state)
             if not kept:
                 out.append("useless run: no call changed the state or produced an answer")
                 continue

@@ -115,11 +115,12 @@ def _boundary(store_dir, cfg: SignalsConfig, run_id: str, round_no: int) -> pd.D
 def _rare(store_dir, cfg: SignalsConfig, run_id: str, round_no: int) -> pd.DataFrame:
     if cfg.rare_with_arg_keys:
         raise ValueError("the pandas reference implements name patterns only (rare_with_arg_keys=false)")
-    cols = ["phase", "episode_id", "task_id", "turn", "step", "action_name", "parse_error"]
+    cols = ["phase", "episode_id", "task_id", "turn", "step", "action_name", "parse_error", "error"]
     where = (ds.field("round") == round_no) & ds.field("action_name").is_valid()
     if not cfg.include_parse_errors:
         where = where & ds.field("parse_error").is_null()
     df = _read(store_dir, run_id, cols, cfg.phases, where)
+    df = df[~df["error"].fillna("").str.startswith("unknown function ")]  # an invented function is no action
     df = df.sort_values(["phase", "episode_id", "turn", "step"], kind="stable")
     phase, episode = df["phase"].to_numpy(), df["episode_id"].to_numpy()
     first = np.r_[True, (phase[1:] != phase[:-1]) | (episode[1:] != episode[:-1])]

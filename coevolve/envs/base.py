@@ -79,6 +79,8 @@ class Episode(Protocol):
     # Optional (the rollout engine and the template abstractor use them where present):
     #   def reply(self, text: str) -> None          the assistant's text answer of the turn
     #   def state_fingerprint(self) -> str          equal digests mean a call changed nothing
+    #   def request_problem(self, call) -> str | None   why no user would ask for this call now
+    #                                               (exploration refuses it, the quality gate too)
 
 
 class Environment(Protocol):

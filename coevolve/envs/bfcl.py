@@ -44,6 +44,7 @@ from coevolve.envs import bfcl_data
 from coevolve import reward as rewards
 from coevolve.envs.base import EnvironmentBase
 from coevolve.envs.bfcl_dispatch import Dispatcher, run_with_timeout
+from coevolve.envs.bfcl_requests import LOGINS, request_problem
 from coevolve.types import EpisodeScore, Observation, ToolCall
 from coevolve.envs.bfcl_roles import TABLE as ROLE_TABLE
 from coevolve.roles import RoleTable
@@ -159,6 +160,17 @@ class BfclEpisode:
     def _record(self, record: dict[str, Any], content: str, error: str | None) -> None:
         self.calls[self.turn].append({**record, "result": content, "error": error})
         self._agent_results.append(content)
+
+    def request_problem(self, call: ToolCall) -> str | None:
+        """Why a user would not ask for ``call`` in the episode's current state, or None
+        (``coevolve.envs.bfcl_requests``: a move that would rename, an order far from the
+        stock's price, ...). Nothing runs; the agent's own calls are never judged by it."""
+        name, arguments = getattr(call, "name", None), getattr(call, "arguments", None)
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            return None
+        if name in LOGINS and any(c["name"] == name and not c["error"] for turn in self.calls for c in turn):
+            return f"{name} again: the user logged in earlier in the task"
+        return request_problem(self._agent.instances, name, arguments)
 
     def state_fingerprint(self) -> str:
         """A digest of the agent's instances, private attributes included (the file system's

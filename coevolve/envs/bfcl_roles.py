@@ -64,7 +64,7 @@ IMPERIAL_UNITS = ["cm", "in", "m", "ft", "yd", "km", "miles", "kg", "lb", "celsi
 
 TABLE = RoleTable(
     params={
-        # file system: sources exist, destinations may be new names
+        # file system: sources exist, destinations are folders (a new name would rename)
         "cp.source": "node",
         "mv.source": "node",
         "cp.destination": "dest",
@@ -114,7 +114,7 @@ TABLE = RoleTable(
         "get_available_stocks.sector": "sector",
         "filter_stocks_by_price.min_price": "price",
         "filter_stocks_by_price.max_price": "price",
-        "place_order.price": "price",
+        "place_order.price": "price",  # near the symbol's own price (bound)
         "place_order.amount": "share_count",
         "place_order.order_type": "order_type",
         "update_stock_price.new_price": "price",
@@ -138,6 +138,7 @@ TABLE = RoleTable(
         "travel_to": "airport",
         "travel_class": "travel_class",
         "insurance_type": "insurance_type",
+        "purchase_insurance.insurance_cost": "insurance_cost",
         "register_credit_card.card_number": "card_number",
         "register_credit_card.cardholder_name": "full_name",
         "register_credit_card.card_verification_number": "cvv",
@@ -169,7 +170,7 @@ TABLE = RoleTable(
         "message_id": "message_id",
         "username": "twitter_user",
         "following_list": "twitter_user",
-        "mentions": "twitter_user",
+        "mentions": "twitter_handle",
         "post_tweet.id": "tweet_id",
         "get_tweet.id": "tweet_id",
         "retweet.id": "tweet_id",
@@ -238,7 +239,6 @@ TABLE = RoleTable(
     creatable={
         "file": "file_name",
         "dir": "dir_name",
-        "dest": "dir_name",
         "text": "text",
         "title": "title",
         "keyword": "keyword",
@@ -258,6 +258,7 @@ TABLE = RoleTable(
         "priority": "range:1:5",
         "ticket_updates": "ticket_updates",
         "price": "price",
+        "insurance_cost": "range:50:300:25",
         "share_count": "range:5:50:5",
         "percent": "range:0.5:5:0.5",
         "client_id": "token",
@@ -283,7 +284,12 @@ TABLE = RoleTable(
     },
     aliases={"stock_symbol": dict(COMPANIES)},
     alias_via={"stock_symbol": "company"},
-    compatible={"node": ("file", "dir"), "dest": ("dir", "file"), "twitter_handle": ("twitter_user",)},
+    # a destination is a folder: a name that is none would rename (BfclEpisode.request_problem)
+    compatible={"node": ("file", "dir"), "dest": ("dir",)},
+    bound={
+        "price": ("stock_symbol", "price", 0.97, 1.03),  # an order or a new price near the stock's own
+        "insurance_cost": ("booking_id", "travel_cost", 0.05, 0.2),  # a fraction of what the trip cost
+    },
     formats={
         "date": r"\d{4}-\d{2}-\d{2}",
         "birth_date": r"\d{4}-\d{2}-\d{2}",
@@ -295,6 +301,7 @@ TABLE = RoleTable(
         "card_number": r"\d{16}",
         "hashtag": r"#\w+",
         "twitter_handle": r"@\w+",
+        "twitter_user": r"[A-Za-z0-9_.]+",  # a username; "@name" is a mention (twitter_handle)
     },
     new=frozenset({"touch.file_name", "mkdir.dir_name", "add_contact.user_name", "echo.file_name"}),
     existing=frozenset({"file", "dir"}),

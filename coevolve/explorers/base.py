@@ -78,8 +78,11 @@ class Session:
 
     def execute(self, call: ToolCall | None, failure: str = "") -> Step:
         """Run ``call`` in the episode (or record that no call was produced) and remember it."""
+        refused = _request_problem(self.episode, call) if call is not None else None
         if call is None:
             step = Step(None, {}, failure[:500], failure or "no call")
+        elif refused:  # a call no user would ask for is not made: a task must not be built on it
+            step = Step(call.name, dict(call.arguments), f"refused: {refused}", f"refused: {refused}")
         else:
             try:
                 obs = self.episode.step(call)
@@ -93,6 +96,12 @@ class Session:
         """The start state's data as the environment exposes it (``Environment.state_data``)."""
         state = self.context.task.initial_state
         return self.env.state_data(state) if self.env is not None else state
+
+
+def _request_problem(episode: Episode, call: ToolCall) -> str | None:
+    """The episode's ``request_problem`` verdict on ``call`` (None where it has none)."""
+    judge = getattr(episode, "request_problem", None)
+    return judge(call) if judge is not None else None
 
 
 class Explorer(Protocol):

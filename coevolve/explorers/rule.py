@@ -289,29 +289,41 @@ class RuleExplorer:
         templates mention; None when a required parameter has no value of its role."""
         mem, rng = s.memory, s.rng
         args: dict[str, Any] = {}
+        context: dict[str, list[Any]] = defaultdict(list)  # role -> the values chosen so far
         mentioned = mem["mentioned"].get(name)
-        for p in mem["params"].get(name, []):
+        params = mem["params"].get(name, [])
+        bound = mem["pool"].table.bound
+        # a value bound to an entity (a limit price to its stock) is chosen after the entity
+        for p in sorted(params, key=lambda p: p.role in bound):
             if not p.required:
                 if mentioned is not None and p.name not in mentioned:
                     continue
                 if rng.random() >= self.p_optional:
                     continue
-            value = self._value(s, name, p, taken=[v for k, v in args.items()])
+            value = self._value(s, name, p, taken=[v for k, v in args.items()], context=context)
             if value is None:
                 if p.required:
                     return None
                 continue
             args[p.name] = value
-        return _ordered(args)
+            context[p.role].extend(value if isinstance(value, list) else [value])
+        return _ordered({p.name: args[p.name] for p in params if p.name in args})
 
-    def _value(self, s: Session, fname: str, p: ParamRole, taken: list[Any] = ()) -> Any:  # type: ignore[assignment]
+    def _value(
+        self,
+        s: Session,
+        fname: str,
+        p: ParamRole,
+        taken: list[Any] | None = None,
+        context: dict[str, list[Any]] | None = None,
+    ) -> Any:
         """A value of ``p``'s role (not one another parameter of the call already took)."""
         mem, rng = s.memory, s.rng
-        bad = mem["bad"].get((fname, p.name), set()) | {_j(v) for v in taken}
+        bad = mem["bad"].get((fname, p.name), set()) | {_j(v) for v in taken or []}
         refs = [v for v in mem["refs"].get((fname, p.name), []) if _j(v) not in bad]
         if refs and rng.random() < 0.5:
             return refs[-1]
-        return mem["pool"].pick(p, rng, bad, function=fname)
+        return mem["pool"].pick(p, rng, bad, function=fname, context=context)
 
 
 register("explorer", "rule")(RuleExplorer)

@@ -3,7 +3,9 @@
 -- Definition. An episode's action sequence is its steps of round $round (rows of run
 -- $run_id, phases in $phases) that called a tool (action_name not null), ordered by
 -- (turn, step); steps with a parse error are left out unless $include_parse_errors (what
--- the model failed to say is not an action it took). A pattern is an n-gram of $n
+-- the model failed to say is not an action it took), and so are calls of a name the
+-- environment does not have (error 'unknown function ...', the environments' shared
+-- wording): an invented function is no behaviour to explore. A pattern is an n-gram of $n
 -- consecutive actions of that sequence (never spanning two episodes), written
 -- 'a > b'; with $with_arg_keys each action is written with its sorted argument keys,
 -- 'a(k1,k2) > b()'. The candidates are the patterns seen in at least $min_episodes
@@ -53,6 +55,7 @@ with steps as (
     from rollouts
     where run_id = $run_id and round = $round and list_contains($phases, phase)
         and action_name is not null and ($include_parse_errors or parse_error is null)
+        and (error is null or not starts_with(error, 'unknown function '))
 ),
 
 grams as (
