@@ -342,3 +342,14 @@ def test_things_the_task_made_are_referred_to_never_quoted_by_their_new_ids(env,
     text = " ".join(turns)
     assert "the second ticket you created" in text and "the first ticket you created" in text, text
     assert f"ticket {first}" not in text and f"ticket {second}" not in text, text
+
+
+def test_questions_whose_answer_is_in_them_are_odd():
+    from coevolve.envs.bfcl_requests import request_problem
+
+    assert request_problem({}, "sum_values", {"numbers": [62.0]}) == "sum_values of 1 number(s)"
+    assert request_problem({}, "sum_values", {"numbers": [62.0, 8.5]}) is None
+    assert request_problem({}, "round_number", {"number": 62.0}) is not None
+    assert request_problem({}, "round_number", {"number": 62.25, "decimal_places": 1}) is None
+    assert request_problem({}, "absolute_value", {"number": 4.0}) is not None
+    assert request_problem({}, "absolute_value", {"number": -4.0}) is None

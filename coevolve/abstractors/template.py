@@ -351,6 +351,7 @@ class Speaker:
         self.rng = rng
         self.earlier: dict[str, tuple[str, str]] = {}  # value key -> (role, "created" | "returned"), earlier turns
         self.this_turn: dict[str, tuple[str, str]] = {}
+        self.named: dict[str, bool] = {}  # value key -> said by its alias (decided at its first mention)
         self.call: Call = {}
 
     @staticmethod
@@ -368,8 +369,10 @@ class Speaker:
             if reference:
                 return reference
         names = self.aliases.get(role)
-        if names and not isinstance(value, (list, dict)) and value in names and self.rng.random() < 0.6:
-            return names[value]
+        if names and not isinstance(value, (list, dict)) and value in names:
+            # one name per thing in a task: "NEPT ... Neptune Systems" in one breath reads as two stocks
+            if self.named.setdefault(k, self.rng.random() < 0.6):
+                return names[value]
         return render(value, goal.values.get(param))
 
     def _reference(self, k: str, role: str, noun: str) -> str | None:

@@ -2,7 +2,7 @@
 
 The backends check little: ``mv`` to a name that is not a folder renames the item, an order
 may name any price, insurance may cost more than the trip, a user may follow themself, an
-empty file may be read. A
+empty file may be read, a single number summed. A
 synthesized task built on such a call states a request no annotator would accept ("move
 documents to file3.txt", "buy Tesla at Google's price"). ``request_problem`` says why a call
 is one of those, or None; exploration refuses such calls (``explorers.base.Session.execute``)
@@ -120,6 +120,23 @@ def _twitter_user(instances: dict[str, Any], name: str, args: dict[str, Any]) ->
     return None
 
 
+def _numbers(instances: dict[str, Any], name: str, args: dict[str, Any]) -> str | None:
+    """A statistic of a single number, a number rounded that is already round, the absolute
+    value of a positive number: a question whose answer is in it."""
+    numbers = args.get("numbers")
+    if isinstance(numbers, list) and len(numbers) < 2:
+        return f"{name} of {len(numbers)} number(s)"
+    number = args.get("number")
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        return None
+    places = args.get("decimal_places", 0)
+    if name == "round_number" and isinstance(places, int) and round(number, places) == number:
+        return f"{name} of {number}, already round to {places} places"
+    if name == "absolute_value" and number >= 0:
+        return f"{name} of {number}, which is not negative"
+    return None
+
+
 _RULES = {
     "mv": _destination,
     "cp": _destination,
@@ -131,4 +148,16 @@ _RULES = {
     "unfollow_user": _twitter_user,
     "get_user_stats": _twitter_user,
     "get_user_tweets": _twitter_user,
+    **{
+        stat: _numbers
+        for stat in (
+            "mean",
+            "standard_deviation",
+            "min_value",
+            "max_value",
+            "sum_values",
+            "round_number",
+            "absolute_value",
+        )
+    },
 }
