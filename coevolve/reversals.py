@@ -17,21 +17,28 @@ from coevolve.tasks import Task
 from coevolve.types import ToolCall
 
 
-def _replay(env: Environment, task: Task, calls: list[dict[str, Any]]) -> tuple[list[tuple[bool, bool]], str]:
-    """``calls`` replayed from ``task``'s start: per call (failed, changed the state), and the
-    end state's fingerprint (the episode must have ``state_fingerprint``)."""
-    episode: Any = env.episode(dataclasses.replace(task, turns=[""], reference_actions=[[]]))
+def _start(env: Environment, task: Task) -> Any:
+    """A fresh episode of ``task``'s start state (one turn, nothing checked)."""
+    return env.episode(dataclasses.replace(task, turns=[""], reference_actions=[[]]))
+
+
+def _replay(
+    env: Environment, task: Task, calls: list[dict[str, Any]], steps: bool = True, episode: Any = None
+) -> tuple[list[tuple[bool, bool]], str]:
+    """``calls`` replayed from ``task``'s start (in ``episode``, a fresh one by default): per
+    call (failed, changed the state) when ``steps`` (else no flags: a fingerprint costs about
+    as much as a call), and the end state's fingerprint."""
+    episode = episode if episode is not None else _start(env, task)
+    judge = getattr(env, "observation_error", None)
     flags = []
+    before = episode.state_fingerprint() if steps else ""
     for call in calls:
-        before = episode.state_fingerprint()
         obs = episode.step(ToolCall(call.get("name", ""), call.get("arguments") or {}))
-        flags.append(
-            (
-                bool(env.observation_error(obs) if hasattr(env, "observation_error") else obs.error),
-                episode.state_fingerprint() != before,
-            )
-        )
-    return flags, episode.state_fingerprint()
+        if steps:
+            after = episode.state_fingerprint()
+            flags.append((bool(judge(obs) if judge is not None else obs.error), after != before))
+            before = after
+    return flags, before if steps else episode.state_fingerprint()
 
 
 def reversed_calls(env: Environment, task: Task, done: list[dict[str, Any]], calls: list[dict[str, Any]]) -> list[int]:
@@ -41,18 +48,17 @@ def reversed_calls(env: Environment, task: Task, done: list[dict[str, Any]], cal
       or changing nothing (a stock added to the watchlist, then removed: without the add, the
       removal changes nothing);
     - two changes that together leave the end state as it would be without both (a deposit
-      and an equal withdrawal; a budget set, then set back).
-
+      and an equal withdrawal; a budget set, then set back);
     - a change without which the calls end where they ended, when the same function is called
       again later with one of its values (a price of NVDA set twice: the second overrides it).
 
     A change a later call of another function includes (``touch`` a file, then ``echo`` into
     it, which would also create it) is no reversal. Nothing for an environment without
     ``state_fingerprint``."""
-    probe = env.episode(dataclasses.replace(task, turns=[""], reference_actions=[[]]))
-    if not calls or not hasattr(probe, "state_fingerprint"):
+    first = _start(env, task)
+    if not calls or not hasattr(first, "state_fingerprint"):
         return []
-    flags, end = _replay(env, task, done + calls)
+    flags, end = _replay(env, task, done + calls, episode=first)
     k = len(done)
     changed = [i for i in range(len(calls)) if flags[k + i][1]]
     out: set[int] = set()
@@ -70,7 +76,7 @@ def reversed_calls(env: Environment, task: Task, done: list[dict[str, Any]], cal
         for j in changed[n + 1 :]:
             if i not in matters or j not in matters:  # one a later call includes: no pair of opposites
                 continue
-            if _replay(env, task, done + [c for m, c in enumerate(calls) if m not in (i, j)])[1] == end:
+            if _replay(env, task, done + [c for m, c in enumerate(calls) if m not in (i, j)], steps=False)[1] == end:
                 out |= {i, j}
     return sorted(out)
 
