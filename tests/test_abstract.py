@@ -249,10 +249,35 @@ def test_abstract_stage_writes_pending_and_rejected_candidates(signal_store, env
     store = signal_store(tasks)
     cfg = load_config(overrides={"store": store.uri, "run_name": "t", "explore.steps_per_run": 3})
     explore(store, cfg, "t", 1)
+    # one more run whose every call failed: a useless run, rejected at once
+    first = min(store.read("explorations").to_pylist(), key=lambda r: (r["signal_id"], r["run_idx"], r["step"]))
+    failed = {"cd": {"folder": "no_such_folder"}, "rm": {"file_name": "no_such_file"}}
+    store.write(
+        "explorations",
+        1,
+        "t-explore-failed",
+        [
+            {
+                **first,
+                "signal_id": "sfailed",
+                "run_idx": 0,
+                "step": i,
+                "action_name": name,
+                "action_args": json.dumps(args),
+                "observation": '{"error": "no such item"}',
+                "error": "no such item",
+            }
+            for i, (name, args) in enumerate(failed.items())
+        ],
+    )
     n = abstract(store, cfg, "t", 1)
     rows = store.read("candidates").to_pylist()
-    assert n == len(rows) == 6 * 2
-    assert {r["candidate_id"] for r in rows} == {f"t-r1-s{i:02d}-{k}" for i in range(6) for k in range(2)}
+    assert n == len(rows) == 6 * 2 + 1
+    explored = {f"t-r1-s{i:02d}-{k}" for i in range(6) for k in range(2)}
+    assert {r["candidate_id"] for r in rows} == explored | {"t-r1-sfailed-0"}
+    (rejected,) = [r for r in rows if r["candidate_id"] == "t-r1-sfailed-0"]
+    assert rejected["verdict"] == "rejected" and rejected["reason"] == "useless run: no call succeeded", rejected
+    assert rejected["n_turns"] == 0 and json.loads(rejected["spec"]) == {"error": rejected["reason"]}
     for r in rows:
         if r["verdict"] is None:
             task = Task.from_json(r["spec"])

@@ -329,7 +329,7 @@ def test_checks_catch_renamed_commands_flags_targets_and_paths(tmp_path: Path):
         "coevolve bench signals \\\n"
         "    --rows=10 --bogus\n"
         "```\n"
-        "See [gone](gone.md), [a heading](#nowhere), `coevolve/no_such_module.py` and `sql/nowhere/*.sql`.\n"
+        "See [gone](gone.md), [a heading](#nowhere), [ok](#a-heading), `coevolve/no_such_module.py` and `sql/nowhere/*.sql`.\n"
         "# A heading\n"
     )
     page.write_text(text)
@@ -354,7 +354,8 @@ def test_checks_catch_renamed_commands_flags_targets_and_paths(tmp_path: Path):
     assert check_make(("make", "test"), make_targets()) == []
     links = missing_links(page, text)
     assert any("gone.md" in m for m in links) and any("#nowhere" in m for m in links)
-    assert not any("#a-heading" in m for m in links)
+    assert not any("#a-heading" in m for m in links)  # the link to an existing heading is fine
+    assert len(links) == 2
     paths = code_paths(text)
     assert {"coevolve/no_such_module.py", "sql/nowhere/*.sql", "configs/tiny.yaml"} <= paths
     page_missing = missing_paths(page, text)

@@ -297,7 +297,9 @@ def test_budgets_end_episodes_with_a_reason(few):
 
 
 def test_env_only_replay_scores_all(env, few):
-    assert all(s.success for s in replay_reference(env, few).values())
+    scores = replay_reference(env, few)
+    assert few and sorted(scores) == sorted(t.task_id for t in few)  # one score per task
+    assert all(s.success for s in scores.values())
 
 
 def test_cli_eval_replay_ground_truth(tmp_path):

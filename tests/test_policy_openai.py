@@ -161,39 +161,87 @@ def test_the_stream_hands_back_each_reply_as_it_arrives():
     stream.close()
 
 
-def test_server_answers_short_requests_while_a_long_one_generates(server):
+def test_server_answers_short_requests_while_a_long_one_generates(server, monkeypatch):
     """Continuous batching in ``coevolve serve``: a request that arrives while another is
     generating is answered as soon as its own answer ends (row joins: test_policy_local)."""
     url, local = server
+    from coevolve.policy.decoder import Decoder
     from coevolve.serve import Batcher
 
     greedy = SamplingParams(temperature=0.0, max_new_tokens=600)
+    generating, submitted = threading.Event(), threading.Event()
+    futures: dict[str, object] = {}
+    long_done_when_short_ended: list[bool] = []  # recorded on the batcher's thread
+    step = Decoder.step
+
+    def watched_step(self):
+        finished = step(self)
+        if self.sampling.max_new_tokens == greedy.max_new_tokens and not generating.is_set():
+            generating.set()  # the long request has generated a token: it is generating
+            submitted.wait(60)  # hold it there until the short request is queued
+        for key, _, _ in finished:
+            if key is futures.get("short"):
+                long_done_when_short_ended.append(futures["long"].done())
+        return finished
+
+    monkeypatch.setattr(Decoder, "step", watched_step)
     batcher = Batcher(local, max_batch=4)
     try:
-        long = batcher.submit([5, 6, 7, 8] * 8, greedy, 0)
-        while not local.prefix_cache._entries:  # the long request is being generated
-            time.sleep(0.001)
-        short = batcher.submit([9, 10, 11] * 8, SamplingParams(temperature=0.0, max_new_tokens=3), 1)
+        futures["long"] = long = batcher.submit([5, 6, 7, 8] * 8, greedy, 0)
+        assert generating.wait(60), "the long request never started generating"
+        futures["short"] = short = batcher.submit([9, 10, 11] * 8, SamplingParams(temperature=0.0, max_new_tokens=3), 1)
+        submitted.set()
         ids, _ = short.result(timeout=60)
-        assert not long.done(), "the short request waited for the long one"
+        assert long_done_when_short_ended == [False], "the short request waited for the long one"
         assert len(ids) <= 3 and long.result(timeout=60) == tuple(local.generate([[5, 6, 7, 8] * 8], greedy, [0])[0])
     finally:
+        submitted.set()
         batcher.close()
+
+
+class _Trickle:
+    """A raw-server handler that trickles its reply to the end (the server's own ``stop`` is
+    ignored: only the client hanging up ends it early) and records, per connection, whether
+    the client hung up before the reply was complete."""
+
+    def __init__(self, handler):
+        self.handler, self.hung_up = handler, []
+        self._ended = threading.Semaphore(0)
+
+    def __call__(self, conn, head, stop):
+        try:
+            self.handler(conn, head, threading.Event(), seconds=600)  # the whole reply: 30-50 s
+            self.hung_up.append(False)
+        except OSError:  # a send to a client that closed the connection
+            self.hung_up.append(True)
+        finally:
+            self._ended.release()
+
+    def outcomes(self, connections: int) -> list[bool]:
+        for _ in range(connections):
+            assert self._ended.acquire(timeout=120), f"{self.hung_up}: a trickle never ended"
+        return self.hung_up
 
 
 # --------------------------------------------------------------------------- hostile endpoints (issue 29)
 def test_a_trickling_server_cannot_stretch_the_deadline():
-    """timeout_s bounds the whole attempt: a byte every 0.2 s for 6 s (no read ever waits a
-    second) ends at 1 s, whether the body or the headers trickle."""
+    """timeout_s bounds the whole attempt: against a byte every 0.2 s (no read ever waits a
+    second) the client gives up with the deadline's error and hangs up while the reply is
+    still trickling, whether the body or the headers trickle."""
     from coevolve.bench.security.serve import _ask, _client, raw_server, trickle_body, trickle_head
 
     for handler in (trickle_body, trickle_head):
-        with raw_server(handler) as url:
-            out, seconds = _ask(_client(url, timeout_s=1.0))
-        assert seconds < 1.6 and "total deadline of 1 s passed" in out, (handler.__name__, seconds, out)
-    with raw_server(trickle_body) as url:  # each retry has its own deadline, no more
-        out, seconds = _ask(_client(url, timeout_s=0.5, retries=2))
-    assert seconds < 2.2 and "after 3 attempts" in out, (seconds, out)
+        trickle = _Trickle(handler)
+        with raw_server(trickle) as url:
+            out, _ = _ask(_client(url, timeout_s=1.0))
+        assert "total deadline of 1 s passed" in out, (handler.__name__, out)
+        # the client gave up on its own, while the server was still trickling the reply
+        assert trickle.outcomes(1) == [True], handler.__name__
+    trickle = _Trickle(trickle_body)
+    with raw_server(trickle) as url:  # each retry has its own deadline, no more
+        out, _ = _ask(_client(url, timeout_s=0.5, retries=2))
+    assert "after 3 attempts" in out, out
+    assert trickle.outcomes(3) == [True, True, True]  # every attempt hung up mid-trickle
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
@@ -272,10 +320,12 @@ def test_the_environments_proxy_is_still_used_and_still_bounded(monkeypatch):
         out, _ = _ask(_client("http://endpoint.example/v1", timeout_s=2.0))
         assert "EndpointError" in out and len(lines) == 1, out  # bypassed: the name does not resolve
     monkeypatch.delenv("NO_PROXY")
-    with raw_server(trickle_body) as proxy_url:
+    trickle = _Trickle(trickle_body)
+    with raw_server(trickle) as proxy_url:
         monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
-        out, seconds = _ask(_client("http://endpoint.example/v1", timeout_s=1.0))
-    assert seconds < 1.6 and "total deadline of 1 s passed" in out, (seconds, out)
+        out, _ = _ask(_client("http://endpoint.example/v1", timeout_s=1.0))
+    assert "total deadline of 1 s passed" in out, out
+    assert trickle.outcomes(1) == [True]  # given up while the proxy was still trickling
 
 
 def test_a_deadline_that_is_not_a_positive_number_is_refused():

@@ -3,6 +3,7 @@ progress artifact (training read from the store's train_steps), summaries as sen
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -94,9 +95,26 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
     cfg = load_config(None, {"store": str(tmp_path / "store"), "run_name": "watched", "train.steps": 2})
     store = Store(cfg.store)
 
+    class Logged:
+        """The stage's run logger, also telling the test which "<step> of 2" lines it logged."""
+
+        def __init__(self, log):
+            self.log = log
+            self.steps = {1: threading.Event(), 2: threading.Event()}
+
+        def __getattr__(self, name):
+            return getattr(self.log, name)
+
+        def info(self, msg, *args, **kwargs):
+            self.log.info(msg, *args, **kwargs)
+            for step, seen in self.steps.items():
+                if (msg % args).startswith(f"round 1 train: {step} of 2"):
+                    seen.set()
+
     @task
     def fake_training() -> None:
-        with StageProgress(store, cfg, 1, "train", poll_s=0.2):
+        with StageProgress(store, cfg, 1, "train", poll_s=0.2) as progress:
+            progress.log = logged = Logged(progress.log)
             emit("start", 1, "train", {})
             for step in (1, 2):  # what a trainer writes after each GRPO step
                 store.write(
@@ -105,7 +123,8 @@ def test_training_progress_reaches_logs_and_a_progress_artifact(prefect_harness,
                     f"watched-train-s{step:04d}",
                     [{"run_id": "watched", "step": step, "loss": 0.5 / step, "reward_mean": 0.1 * step}],
                 )
-                time.sleep(0.8)
+                # the poll thread saw this step before the trainer writes the next one
+                assert logged.steps[step].wait(30), f"step {step} never reached the logs"
             emit(
                 "done",
                 1,

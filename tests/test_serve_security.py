@@ -86,8 +86,9 @@ def test_max_tokens_is_bounded_both_ways(open_server):
 
 
 def test_a_body_over_the_limit_is_413_before_it_is_read(open_server):
-    status, seconds = _declared_only(open_server, "/v1/chat/completions", BIG, auth=None)
-    assert status == 413 and seconds < 5
+    # only the headers are sent: an answer at all means it came before the body was read
+    status, _ = _declared_only(open_server, "/v1/chat/completions", BIG, auth=None)
+    assert status == 413
 
     def chunked():  # no Content-Length: counted as it arrives
         yield b'{"messages": [{"role": "user", "content": "'

@@ -16,11 +16,34 @@ from coevolve.synth import synthesis_states
 
 
 @pytest.fixture(scope="module")
-def round0(tmp_path_factory):
-    """Round 0 of the embedded default's synthesis config, in a fresh store."""
+def round0_run(tmp_path_factory):
+    """Round 0 of the embedded default's synthesis config, in a fresh store, with every way
+    of loading a model refused and recorded: (cfg, store, row, models it tried to load)."""
+    import coevolve.policy
+    from coevolve.policy import local, models
+
+    loads: list[str] = []
+
+    def refuse(what):
+        def load(*args, **kwargs):
+            loads.append(what)
+            raise AssertionError(f"round 0 loads no model ({what})")
+
+        return load
+
     cfg = load_config(None, {"store": str(tmp_path_factory.mktemp("synth") / "store")})
     store = Store(cfg.store)
-    row = run_round(store, cfg, 0)
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(coevolve.policy, "load_policy", refuse("load_policy"))
+        patched.setattr(local.LocalPolicy, "__init__", refuse("LocalPolicy"))
+        patched.setattr(models, "resolve_model", refuse("resolve_model"))
+        row = run_round(store, cfg, 0)
+    return cfg, store, row, loads
+
+
+@pytest.fixture(scope="module")
+def round0(round0_run):
+    cfg, store, row, _ = round0_run
     return cfg, store, row
 
 
@@ -28,8 +51,8 @@ def _owner() -> dict[str, str]:
     return {m: c for c in bfcl_data.CLASSES for m in bfcl_data.public_methods(c)}
 
 
-def test_default_round0_synthesizes_16_tasks_over_4_classes(round0):
-    cfg, store, row = round0
+def test_default_round0_synthesizes_16_tasks_over_4_classes(round0_run):
+    cfg, store, row, loads = round0_run
     tasks = pool_tasks(store, "train")
     owner = _owner()
     classes = {owner[c["name"]] for t in tasks for turn in t.reference_actions for c in turn}
@@ -39,14 +62,17 @@ def test_default_round0_synthesizes_16_tasks_over_4_classes(round0):
     # a round like any other: a pool version of round 0, stage markers and a rounds row
     assert store.latest_pool().version == 1 and store.latest_pool().round == 0
     assert row["round"] == 0 and row["pool_size"] == len(tasks) and row["n_accepted"] == len(tasks)
-    assert row["t_explore"] is not None and row["t_train"] is None and row["t_total"] < 60
+    assert row["t_explore"] is not None and row["t_train"] is None
+    assert loads == []  # no model: round 0 is synthesized, not generated
     assert store.read("rounds").column("round").to_pylist() == [0]
 
 
 def test_synthesized_tasks_replay_to_success_in_a_fresh_environment(round0):
     _, store, _ = round0
     tasks = pool_tasks(store, "train")
+    assert tasks
     scores = replay_reference(BfclEnvironment(), tasks)
+    assert sorted(scores) == sorted(t.task_id for t in tasks)  # one score per task
     failed = {t: s.reason for t, s in scores.items() if not s.success}
     assert failed == {}
 

@@ -38,12 +38,16 @@ def test_bench_tables_print_at_full_width_into_a_pipe(capsys):
     assert "smollm2 LoRA r=16 5" in out and "…" not in out and max(len(line) for line in out.splitlines()) > 80
 
 
-def test_the_update_flop_count_is_the_models_own_projection_weights():
+def test_the_update_flop_count_is_the_models_own_projection_weights(monkeypatch):
     """``linear_params`` (from the config) is the number of weights of every layer's linear
-    projections of the built model: the embedding, norms and output head are not in it."""
+    projections of the built model: the embedding, norms and output head are not in it;
+    ``matmul_flops`` is 2 n^3 over the fastest of its timed products."""
+    import types
+
     import torch
     from transformers import AutoModelForCausalLM
 
+    from coevolve.bench import limits
     from coevolve.bench.limits import linear_params, matmul_flops
     from coevolve.policy.models import resolve_model
 
@@ -51,7 +55,11 @@ def test_the_update_flop_count_is_the_models_own_projection_weights():
     layers = model.get_decoder().layers
     counted = sum(m.weight.numel() for m in layers.modules() if isinstance(m, torch.nn.Linear))
     assert linear_params("tiny") == linear_params(model.config) == counted
-    assert 1e8 < matmul_flops(n=256, repeats=2) < 1e14  # a CPU's matrix product, in FLOP/s
+    # a clock read before and after each product: they take 0.5 s, 0.25 s and 0.75 s
+    ticks = iter([10.0, 10.5, 20.0, 20.25, 30.0, 30.75])
+    monkeypatch.setattr(limits, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    assert matmul_flops(n=256, repeats=3) == 2 * 256**3 / 0.25
+    assert next(ticks, None) is None  # every product timed, no more
 
 
 def _logged_step(rewards: list[float], step: int = 1) -> list[dict]:

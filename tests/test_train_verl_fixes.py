@@ -299,14 +299,38 @@ def test_rollout_rows_take_verls_step_and_session(tmp_path, tasks, monkeypatch):
     assert sorted(r["sample_idx"] for r in by_episode.values()) == [0, 0, 1, 1]
     assert config.coevolve.steps_per_epoch == 2  # 4 tasks, 2 per step
 
-    # four episodes ending together on one worker: one part, not four
+    # four episodes ending together on one worker: one part, not four. The flush window is an
+    # hour and ends when the fourth episode has added its rows (not on a timer): which episodes
+    # share the write does not depend on how fast they run.
     store_dir = tmp_path / "store2"
     config2 = compose_config(
-        _overrides(_cfg(tmp_path, store=str(store_dir)), tmp_path, tasks, ["+coevolve.flush_seconds=0.3"]),
+        _overrides(_cfg(tmp_path, store=str(store_dir)), tmp_path, tasks, ["+coevolve.flush_seconds=3600"]),
         validate=False,
     )
+    buffer_add, write_later = verl_agent_loop.RowBuffer.add, verl_agent_loop.RowBuffer._write_later
+    added: list[int] = []  # rows each episode added
+    windows: list[float] = []  # the delay of each write scheduled
+    all_added: dict[str, asyncio.Event] = {}
+
+    async def counting_add(self, rows, **kwargs):
+        added.append(len(rows))
+        if len(added) == 4:
+            all_added["event"].set()
+        await buffer_add(self, rows, **kwargs)
+
+    async def write_when_all_added(self, store_uri, prefix, delay):
+        windows.append(delay)
+        try:  # the window closes when every episode is in (a bound, so a lost episode fails, not hangs)
+            await asyncio.wait_for(all_added["event"].wait(), timeout=120)
+        except TimeoutError:
+            pass
+        await write_later(self, store_uri, prefix, 0.0)
+
+    monkeypatch.setattr(verl_agent_loop.RowBuffer, "add", counting_add)
+    monkeypatch.setattr(verl_agent_loop.RowBuffer, "_write_later", write_when_all_added)
 
     async def together():
+        all_added["event"] = asyncio.Event()
         from verl.experimental.agent_loop.agent_loop import DictConfigWrap
         from verl.utils.dataset.rl_dataset import RLHFDataset
 
@@ -340,8 +364,11 @@ def test_rollout_rows_take_verls_step_and_session(tmp_path, tasks, monkeypatch):
 
     monkeypatch.setattr(Store, "write", recording_write)
     asyncio.run(together())
+    assert len(added) == 4 and all(added), added
+    assert windows == [3600.0], windows  # one write scheduled, the other three episodes joined it
     parts = list(store_dir.rglob("*.parquet"))
     assert len(parts) == 1 and "-s0001-" in parts[0].name, parts
+    assert len(Store(str(store_dir)).read("rollouts")) == sum(added)
     # written by an executor thread, never on the event loop's (main) thread
     assert writers and threading.main_thread().name not in writers
 
