@@ -41,10 +41,11 @@ run: $(STAMP)
 	$(BIN)/coevolve run
 
 # One worker per core (pytest-xdist; each pinned to its core by tests/conftest.py), a test file's
-# tests on one worker (module fixtures start servers once), and the ten slowest tests listed
+# tests on one worker (module fixtures start servers once), files with slow tests handed out
+# first (tests/conftest.py orders them), and the ten slowest tests listed
 # (the suite must stay under 15 minutes on 2 cores). Plain `pytest` runs serially.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=10
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=10
 
 # House tools (configured in pyproject.toml, .sqlfluff): lint, format check, types, SQL.
 lint: $(STAMP)
